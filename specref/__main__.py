@@ -1,0 +1,28 @@
+"""Command line: `python -m specref {demo,bench,humaneval}`."""
+
+import argparse
+import importlib
+import sys
+
+# subcommand -> module that provides add_arguments(parser) and run(args) -> int
+COMMANDS = {
+    "demo": ("specref.demo", "ArS vs SpS on SmolLM2-135M, streamed with accepted drafts highlighted"),
+    "bench": ("specref.bench", "measure decode, scoring and verify costs; write JSON"),
+    "humaneval": ("specref.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
+}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specref", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    modules = {}
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(module_name)
+        modules[name] = module
+        module.add_arguments(sub.add_parser(name, help=help_text, description=help_text))
+    args = parser.parse_args(argv)
+    return modules[args.command].run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
