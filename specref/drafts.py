@@ -1,0 +1,152 @@
+"""Draft models that cost (almost) nothing: uniform random, n-gram, prompt lookup.
+
+Leviathan et al. 2023, section 3.6 ("Approximation Models"): any model can draft, since MRS
+keeps the target's law whatever p is; negligible-cost drafts (c ~ 0) include n-gram
+models, a copy-from-context heuristic and even random tokens.  Each class here is a model
+in the sense of `specref.sampling`: `draft(tokens) -> [n, V]` plus `next_probs(tokens, k)`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Iterable
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+
+def _check_tokens(tokens, V: int) -> np.ndarray:
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"tokens must be a non-empty 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
+    if tokens.min() < 0 or tokens.max() >= V:
+        raise ValueError(f"token ids must be in [0, {V}), got min {tokens.min()} max {tokens.max()}")
+    return tokens
+
+
+class _RowModel:
+    """A model defined by one function: the next-token distribution after a prefix."""
+
+    V: int
+
+    def row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
+        raise NotImplementedError
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        tokens = _check_tokens(tokens, self.V)
+        if not 1 <= k <= len(tokens):
+            raise ValueError(f"k must be in [1, {len(tokens)}] for {len(tokens)} tokens, got {k}")
+        return np.stack([self.row(tokens[: len(tokens) - k + 1 + i]) for i in range(k)])
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.next_probs(tokens, len(np.asarray(tokens)))
+
+
+class UniformDraft(_RowModel):
+    """Every token equally likely: Leviathan's random approximation model (alpha = sum_x min(1/V, q(x)))."""
+
+    def __init__(self, V: int):
+        if V < 1:
+            raise ValueError(f"V must be >= 1, got {V}")
+        self.V = V
+        self._row = np.full(V, 1.0 / V)
+
+    def row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
+        return self._row
+
+    def __repr__(self) -> str:
+        return f"UniformDraft(V={self.V})"
+
+
+class NGramDraft(_RowModel):
+    """An n-gram model with Witten-Bell interpolated backoff, fitted from token sequences.
+
+    P(w | h) = lam(h) * c(h, w) / c(h) + (1 - lam(h)) * P(w | h minus its oldest token),
+    lam(h) = c(h) / (c(h) + u(h)), u(h) = number of distinct tokens seen after h; the
+    recursion ends in the unigram with add-one smoothing, so every token keeps p > 0 and
+    the draft can propose anything (n = 1 is Leviathan's unigram, n = 2 the bigram).
+    """
+
+    def __init__(self, V: int, n: int, counts: list[dict[tuple, Counter]]):
+        self.V, self.n = V, n
+        self._counts = counts  # counts[j][context of length j] -> Counter of next tokens
+        unigram = np.ones(V)  # add-one
+        for w, c in counts[0].get((), Counter()).items():
+            unigram[w] += c
+        self._unigram = unigram / unigram.sum()  # [V]
+        # per context: (token ids [m], ML probabilities [m], lambda), built lazily
+        self._tables: dict[tuple, tuple[np.ndarray, np.ndarray, float]] = {}
+
+    @classmethod
+    def fit(cls, sequences: Iterable[Iterable[int]], V: int, n: int = 2) -> "NGramDraft":
+        """Count every n-gram order 1..n in the sequences."""
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        counts: list[dict[tuple, Counter]] = [defaultdict(Counter) for _ in range(n)]
+        for seq in sequences:
+            seq = [int(t) for t in seq]
+            if any(not 0 <= t < V for t in seq):
+                raise ValueError(f"a training sequence has token ids outside [0, {V})")
+            for i, w in enumerate(seq):
+                for j in range(min(n - 1, i) + 1):  # context length j = 0..n-1
+                    counts[j][tuple(seq[i - j: i])][w] += 1
+        return cls(V, n, [dict(c) for c in counts])
+
+    def _table(self, h: tuple):
+        if h not in self._tables:
+            c = self._counts[len(h)].get(h)
+            if c is None:
+                self._tables[h] = None
+            else:
+                ids = np.fromiter(c.keys(), dtype=np.int64)
+                cnt = np.fromiter(c.values(), dtype=np.float64)
+                total = cnt.sum()
+                self._tables[h] = (ids, cnt / total, total / (total + len(ids)))
+        return self._tables[h]
+
+    def row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
+        out = self._unigram.copy()
+        for j in range(1, min(self.n - 1, len(tokens)) + 1):  # longer contexts refine the estimate
+            t = self._table(tuple(int(v) for v in tokens[len(tokens) - j:]))
+            if t is None:
+                break  # an unseen context has no longer seen extension either
+            ids, ml, lam = t
+            out *= 1.0 - lam
+            out[ids] += lam * ml
+        return out
+
+    def __repr__(self) -> str:
+        return f"NGramDraft(V={self.V}, n={self.n})"
+
+
+class PromptLookupDraft(_RowModel):
+    """Copy from the context (Leviathan 3.6): find the latest earlier occurrence of the last
+    n tokens and propose the token that followed it, as a one-hot p (deterministic).
+
+    With no match for n tokens it backs off to n - 1, ..., 1; with no match at all it
+    proposes the last token again.  Drafting K tokens continues the copy, because each
+    drafted token becomes part of the context the next lookup sees.
+    """
+
+    def __init__(self, V: int, n: int = 3):
+        if V < 1 or n < 1:
+            raise ValueError(f"V and n must be >= 1, got V={V}, n={n}")
+        self.V, self.n = V, n
+
+    def propose(self, tokens: np.ndarray) -> int:
+        """The token the draft puts all its mass on after `tokens`."""
+        L = len(tokens)
+        for m in range(min(self.n, L - 1), 0, -1):
+            windows = sliding_window_view(tokens[: L - 1], m)  # [L - m, m]; each has a follower
+            hits = np.flatnonzero((windows == tokens[L - m:]).all(axis=1))
+            if hits.size:
+                return int(tokens[hits[-1] + m])  # the latest earlier match's continuation
+        return int(tokens[-1])
+
+    def row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
+        out = np.zeros(self.V)
+        out[self.propose(tokens)] = 1.0
+        return out
+
+    def __repr__(self) -> str:
+        return f"PromptLookupDraft(V={self.V}, n={self.n})"

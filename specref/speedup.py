@@ -1,0 +1,88 @@
+"""The analytic speedup model of Leviathan et al. 2023, section 3, in Leviathan's letters.
+
+alpha  expected acceptance rate, E[beta] = sum_x min(p(x), q(x))  (Def. 3.1, Thm 3.5)
+gamma  draft tokens per target call (Chen's K)
+c      cost of one draft step / cost of one target decode step  (Def. 3.7)
+c_hat  arithmetic operations per token of the draft / of the target  (Def. 3.10)
+
+All assume Leviathan's simplification that the per-token acceptances are iid with mean
+alpha.  The section 3.3 walltime model also assumes that scoring gamma + 1 tokens in one
+target call costs the same as one decode step; on a CPU it does not, so
+`walltime_improvement_measured` takes the measured cost of that call instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from specref import mrs
+
+
+def _check(alpha, gamma=None, c=None, name_c="c"):
+    a = np.asarray(alpha, dtype=np.float64)
+    if np.any(~np.isfinite(a)) or np.any((a < 0) | (a > 1)):
+        raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if gamma is not None:
+        g = np.asarray(gamma)
+        if np.any(g < 0) or np.any(np.asarray(g, dtype=np.float64) != np.round(g)):
+            raise ValueError(f"gamma must be an integer >= 0, got {gamma}")
+    if c is not None and np.any(np.asarray(c, dtype=np.float64) < 0):
+        raise ValueError(f"{name_c} must be >= 0, got {c}")
+    return a
+
+
+def expected_tokens(alpha, gamma):
+    """Eq. 1: expected tokens per target call, (1 - alpha^(gamma+1)) / (1 - alpha); gamma + 1 at alpha = 1."""
+    a = _check(alpha, gamma)
+    g = np.asarray(gamma, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = np.where(a < 1.0, (1.0 - a ** (g + 1)) / (1.0 - a), g + 1.0)
+    return out[()] if out.ndim == 0 else out
+
+
+def walltime_improvement(alpha, gamma, c):
+    """Theorem 3.8: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)), over standard decoding."""
+    _check(alpha, gamma, c)
+    return expected_tokens(alpha, gamma) / (np.asarray(gamma) * np.asarray(c) + 1.0)
+
+
+def operations_factor(alpha, gamma, c_hat):
+    """Theorem 3.11: total arithmetic operations relative to standard decoding,
+    (1 - alpha)(gamma c_hat + gamma + 1) / (1 - alpha^(gamma+1))."""
+    _check(alpha, gamma, c_hat, "c_hat")
+    return (np.asarray(gamma) * np.asarray(c_hat) + np.asarray(gamma) + 1.0) / expected_tokens(alpha, gamma)
+
+
+def optimal_gamma(alpha: float, c: float, gamma_max: int = 64) -> int:
+    """Section 3.5: the integer gamma in [1, gamma_max] that maximises Theorem 3.8 (smallest on ties).
+
+    With c = 0 the improvement grows with gamma for every alpha < 1, so the answer is gamma_max.
+    """
+    _check(alpha, None, c)
+    gammas = np.arange(1, gamma_max + 1)
+    return int(gammas[np.argmax(walltime_improvement(alpha, gammas, c))])
+
+
+def improvement_lower_bound(alpha, c):
+    """Corollary 3.9: if alpha > c, gamma = 1 already gives (1 + alpha) / (1 + c) > 1."""
+    _check(alpha, None, c)
+    return (1.0 + np.asarray(alpha)) / (1.0 + np.asarray(c))
+
+
+def walltime_improvement_measured(alpha, gamma, c, score_cost):
+    """Theorem 3.8 with the target call's real cost: score_cost = time to score gamma + 1
+    tokens in one call / time of one decode step (1 in Leviathan's model).
+
+    One loop costs gamma c + score_cost decode steps and yields Eq. 1's tokens; standard
+    decoding costs one decode step per token.
+    """
+    _check(alpha, gamma, c)
+    if np.any(np.asarray(score_cost, dtype=np.float64) <= 0):
+        raise ValueError(f"score_cost must be > 0, got {score_cost}")
+    return expected_tokens(alpha, gamma) / (np.asarray(gamma) * np.asarray(c) + np.asarray(score_cost))
+
+
+def lenient_alpha(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
+    """Leviathan A.5, alpha with lenience l in (0, 1], in Chen's letters (p = draft, q = target):
+    sum_x min(p(x), q(x) / l).  Leviathan writes sum_x min(p(x) / l, q(x)) with the letters swapped."""
+    return mrs.lenient_acceptance_rate(p, q, lenience)

@@ -1,0 +1,119 @@
+"""Sampling warps: temperature, top-k, top-p (nucleus) and greedy as adjusted distributions.
+
+Leviathan et al. 2023, section 2 ("Standardized Sampling"): every usual decoding method
+is plain sampling from an adjusted distribution, so speculative sampling stays exact as
+long as the SAME adjustment is applied to the draft and to the target before MRS.
+`Warped` wraps a model so both can be wrapped identically.
+
+Order of operations (as in common decoders): temperature, then top-k, then top-p.
+Greedy (temperature 0) is its own branch: a one-hot at the argmax, ties to the lowest id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from specref.sampling import next_distributions
+
+# top-p looks at this many of the most likely tokens first (argpartition is O(V));
+# only when they do not reach the requested mass does it sort the whole row.
+_TOP_P_CANDIDATES = 1024
+
+
+@dataclass(frozen=True)
+class Warp:
+    temperature: float = 1.0  # 0 = greedy (one-hot argmax); otherwise probs ** (1 / T), renormalised
+    top_k: int | None = None  # keep the k most likely tokens (None = all)
+    top_p: float | None = None  # keep the smallest set of most likely tokens with mass >= top_p (None = all)
+
+    def __post_init__(self):
+        if not (np.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0 (0 = greedy), got {self.temperature}")
+        if self.top_k is not None and (int(self.top_k) != self.top_k or self.top_k < 1):
+            raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k}")
+        if self.top_p is not None and not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def __call__(self, probs: np.ndarray) -> np.ndarray:  # [..., V] -> float64 [..., V]
+        """Apply the warp to each row of probabilities."""
+        probs = np.asarray(probs, dtype=np.float64)
+        if self.greedy:
+            return greedy(probs)
+        out = probs if self.temperature == 1.0 else temperature(probs, self.temperature)
+        if self.top_k is not None:
+            out = top_k(out, self.top_k)
+        if self.top_p is not None and self.top_p < 1.0:
+            out = top_p(out, self.top_p)
+        return out
+
+
+def greedy(probs: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V] one-hot
+    """One-hot at the argmax of each row (ties: lowest token id)."""
+    out = np.zeros(probs.shape, dtype=np.float64)
+    np.put_along_axis(out, np.argmax(probs, axis=-1)[..., None], 1.0, axis=-1)
+    return out
+
+
+def temperature(probs: np.ndarray, T: float) -> np.ndarray:  # [..., V] -> [..., V]
+    """softmax(log(probs) / T): the same as dividing the logits by T. Zero stays zero."""
+    with np.errstate(divide="ignore"):
+        logp = np.log(probs) / T  # [..., V], -inf where probs == 0
+    logp -= logp.max(axis=-1, keepdims=True)
+    e = np.exp(logp)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def top_k(probs: np.ndarray, k: int) -> np.ndarray:  # [..., V] -> [..., V]
+    """Keep the k most likely tokens of each row (ties at the boundary: argpartition's pick), renormalise."""
+    V = probs.shape[-1]
+    if k >= V:
+        return probs
+    keep = np.argpartition(-probs, k - 1, axis=-1)[..., :k]  # [..., k]
+    out = np.zeros_like(probs)
+    np.put_along_axis(out, keep, np.take_along_axis(probs, keep, axis=-1), axis=-1)
+    return out / out.sum(axis=-1, keepdims=True)
+
+
+def _top_p_row(row: np.ndarray, p: float) -> np.ndarray:  # [V] -> [V]
+    V = row.shape[0]
+    target = p * row.sum()
+    m = min(_TOP_P_CANDIDATES, V)
+    cand = np.argpartition(-row, m - 1)[:m] if m < V else np.arange(V)  # the m largest, unordered
+    order = cand[np.argsort(-row[cand], kind="stable")]
+    cum = np.cumsum(row[order])
+    if cum[-1] < target and m < V:  # the candidates fall short of the mass: sort the whole row
+        order = np.argsort(-row, kind="stable")
+        cum = np.cumsum(row[order])
+    n = min(int(np.searchsorted(cum, target, side="left")) + 1, len(order))  # keep the crossing token
+    out = np.zeros_like(row)
+    out[order[:n]] = row[order[:n]]
+    return out / out.sum()
+
+
+def top_p(probs: np.ndarray, p: float) -> np.ndarray:  # [..., V] -> [..., V]
+    """Nucleus: keep the smallest set of most likely tokens whose mass is >= p, renormalise."""
+    flat = probs.reshape(-1, probs.shape[-1])  # [rows, V]
+    return np.stack([_top_p_row(r, p) for r in flat]).reshape(probs.shape)
+
+
+class Warped:
+    """A model whose every output row is adjusted by `warp`; wrap draft and target alike."""
+
+    def __init__(self, model, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None):
+        self.model = model
+        self.warp = Warp(temperature, top_k, top_p)
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.warp(self.model(tokens))
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        return self.warp(next_distributions(self.model, tokens, k))
+
+    def __repr__(self) -> str:
+        return f"Warped({self.model!r}, {self.warp})"
