@@ -1,0 +1,80 @@
+"""The speedup panel's callbacks, called directly (the sliders in notebook 04 call the same functions)."""
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from specref import widgets  # noqa: E402
+
+
+def test_panel_matches_leviathan_table1():
+    # Leviathan Table 1 (c = c_hat = 0): alpha 0.8, gamma 5 -> speed 3.69x, operations 1.63x
+    d = widgets.speedup_panel(0.8, 5, 0.0, 0.0)
+    assert d["walltime_improvement"] == pytest.approx(3.69, abs=0.005)
+    assert d["operations_factor"] == pytest.approx(1.63, abs=0.005)
+    assert d["expected_tokens"] == pytest.approx((1 - 0.8 ** 6) / 0.2)
+
+
+def test_panel_by_hand():
+    # alpha 0.5, gamma 2, c 0.1: Eq. 1 = 1 + 0.5 + 0.25 = 1.75; Thm 3.8 = 1.75 / 1.2
+    d = widgets.speedup_panel(0.5, 2, 0.1, 0.2, score_slope=0.5)
+    assert d["expected_tokens"] == pytest.approx(1.75)
+    assert d["walltime_improvement"] == pytest.approx(1.75 / 1.2)
+    assert d["operations_factor"] == pytest.approx((2 * 0.2 + 2 + 1) / 1.75)
+    assert d["lower_bound"] == pytest.approx(1.5 / 1.1)
+    assert d["score_cost"] == pytest.approx(2.0)  # 1 + 0.5 * gamma
+    assert d["walltime_improvement_measured"] == pytest.approx(1.75 / (0.2 + 2.0))
+
+
+def test_free_scoring_is_leviathans_model():
+    for alpha in (0.1, 0.6, 0.95):
+        d = widgets.speedup_panel(alpha, 3, 0.05, 0.05, score_slope=0.0)
+        assert d["walltime_improvement_measured"] == pytest.approx(d["walltime_improvement"])
+        assert d["optimal_gamma_measured"] == d["optimal_gamma"]
+
+
+def test_costly_scoring_shrinks_gamma_and_gain():
+    free = widgets.speedup_panel(0.8, 4, 0.02, 0.02, 0.0)
+    cpu = widgets.speedup_panel(0.8, 4, 0.02, 0.02, 0.3)
+    assert cpu["optimal_gamma_measured"] < free["optimal_gamma_measured"]
+    assert cpu["optimal_improvement_measured"] < free["optimal_improvement_measured"]
+
+
+def test_no_bound_when_alpha_below_c():
+    assert widgets.speedup_panel(0.1, 1, 0.2, 0.0)["lower_bound"] is None
+    assert widgets.speedup_panel(0.1, 1, 0.2, 0.0)["walltime_improvement"] < 1.0
+
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="gamma"):
+        widgets.speedup_panel(0.5, 0, 0.1, 0.1)
+    with pytest.raises(ValueError, match="score_slope"):
+        widgets.speedup_panel(0.5, 2, 0.1, 0.1, score_slope=-1.0)
+    with pytest.raises(ValueError, match="alpha"):
+        widgets.speedup_panel(1.5, 2, 0.1, 0.1)
+
+
+def test_format_panel_mentions_every_number():
+    text = widgets.format_panel(widgets.speedup_panel(0.7, 3, 0.05, 0.05, 0.2))
+    for word in ("Eq. 1", "Thm 3.8", "Thm 3.11", "Cor. 3.9", "optimal gamma"):
+        assert word in text
+
+
+def test_plot_speedup_draws_both_curves():
+    fig, ax = plt.subplots()
+    widgets.plot_speedup(ax, 0.7, 3, 0.05, score_slope=0.25)
+    ys = [line.get_ydata() for line in ax.get_lines() if len(line.get_xdata()) == widgets.GAMMA_MAX]
+    assert len(ys) == 2
+    ideal, real = ys
+    assert np.all(np.asarray(real) < np.asarray(ideal))
+    plt.close(fig)
+
+
+def test_interactive_has_the_sliders():
+    w = widgets.interactive_speedup()
+    names = {c.description for c in w.children if hasattr(c, "min")}
+    assert names == {"alpha", "gamma", "c", "c_hat", "score_slope"}
