@@ -1,0 +1,226 @@
+"""SmolLM2-135M in NumPy: a minimal Llama forward pass with an explicit, rollback-able KV cache.
+
+Functions in the picoGPT style, one concept each, shape comments on every def; float32 throughout.
+`SmolLM2` wraps them as a *model* in the sense of `specref.sampling`: `m(tokens) -> probs [n, V]`,
+`m.next_probs(tokens, k) -> float64 [k, V]`, `m.logits(tokens) -> float32 [n, V]`.  Every call
+reuses the cache for the longest prefix it shares with the tokens already processed, rolls the
+cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
+positions, so one speculative-sampling iteration costs one incremental forward pass.
+"""
+
+import numpy as np
+
+from specref.weights import Config, LayerWeights, Weights
+
+
+def linear(x, w):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+    """x @ w."""
+    return x @ w
+
+
+def rms_norm(x, g, eps):  # [n, d], [d] -> [n, d]
+    """RMSNorm: scale each row to unit root-mean-square, then by the gain g."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * g
+
+
+def rope_tables(n_pos, head_dim, base):  # -> cos [n_pos, head_dim/2], sin [n_pos, head_dim/2]
+    """RoPE angles m * base^(-2i/head_dim) for positions m < n_pos and pairs i, as float32 cos/sin."""
+    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # [head_dim/2]
+    angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]     # [n_pos, head_dim/2]
+    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+
+
+def rope(x, cos, sin):  # [n, h, hd], [n, hd/2], [n, hd/2] -> [n, h, hd]
+    """Rotate adjacent pairs (2i, 2i+1) of every head by the position's angles (GGUF pair layout)."""
+    n, h, hd = x.shape
+    pairs = x.reshape(n, h, hd // 2, 2)                        # [n, h, hd/2, 2]
+    x0, x1 = pairs[..., 0], pairs[..., 1]                      # [n, h, hd/2] each
+    c, s = cos[:, None, :], sin[:, None, :]                    # [n, 1, hd/2]
+    out = np.empty_like(pairs)
+    out[..., 0] = x0 * c - x1 * s
+    out[..., 1] = x0 * s + x1 * c
+    return out.reshape(n, h, hd)
+
+
+def softmax(x):  # [..., m] -> [..., m]
+    """Softmax over the last axis, in x's dtype."""
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int -> [n, H * hd]
+    """Causal grouped-query attention of n new queries at positions start.. over T = start + n cached keys.
+
+    The H query heads form Hkv groups of H / Hkv heads that share one key/value head; reshaping
+    the queries into those groups lets one batched matmul serve every group without copying the
+    cache (no np.repeat of K and V).
+    """
+    n, H, hd = q.shape
+    Hkv, T, _ = k.shape
+    g = H // Hkv
+    qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd]
+    scores = (qg @ k.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))         # [Hkv, g*n, T]
+    scores = scores.reshape(Hkv, g, n, T)                                          # [Hkv, g, n, T]
+    future = np.arange(T)[None, :] > (start + np.arange(n))[:, None]               # [n, T]
+    scores[:, :, future] = -np.inf
+    weights = softmax(scores).reshape(Hkv, g * n, T)                               # [Hkv, g*n, T]
+    out = (weights @ v).reshape(Hkv, g, n, hd)                                     # [Hkv, g, n, hd]
+    return out.transpose(2, 0, 1, 3).reshape(n, H * hd)                            # [n, H*hd]
+
+
+def silu(x):  # [...] -> [...]
+    """x * sigmoid(x), with sigmoid written via tanh so that large |x| cannot overflow exp."""
+    return x * (np.float32(0.5) + np.float32(0.5) * np.tanh(np.float32(0.5) * x))
+
+
+def swiglu(x, w_gate_up, w_down):  # [n, d], [d, 2f], [f, d] -> [n, d]
+    """SwiGLU feed-forward: down(silu(gate x) * up x)."""
+    gate_up = linear(x, w_gate_up)                             # [n, 2f]
+    f = gate_up.shape[1] // 2
+    return linear(silu(gate_up[:, :f]) * gate_up[:, f:], w_down)
+
+
+class KVCache:
+    """Keys and values of every processed position, per layer, preallocated, with a length.
+
+    `k[layer]` and `v[layer]` are [Hkv, capacity, hd]; positions < `length` are valid.  Alongside
+    them the cache keeps, per position, the token id it was computed from (`tokens`, so a caller
+    can find the longest prefix it shares with a new input) and the final normed hidden state
+    (`h`, so logits of cached positions need only the head).  Capacity doubles when needed, up to
+    the context length.  `rollback(n)` forgets the last n positions.
+    """
+
+    def __init__(self, config: Config, capacity: int = 256):
+        self.config = config
+        self.length = 0
+        self.capacity = 0
+        self._allocate(min(capacity, config.context_length))
+
+    def _allocate(self, capacity: int) -> None:
+        c, n = self.config, self.length
+        k = [np.zeros((c.n_kv_heads, capacity, c.head_dim), np.float32) for _ in range(c.n_layers)]
+        v = [np.zeros((c.n_kv_heads, capacity, c.head_dim), np.float32) for _ in range(c.n_layers)]
+        h = np.zeros((capacity, c.d_model), np.float32)
+        tokens = np.zeros(capacity, np.int64)
+        if self.capacity:
+            for new, old in zip(k + v, self.k + self.v):
+                new[:, :n] = old[:, :n]
+            h[:n], tokens[:n] = self.h[:n], self.tokens[:n]
+        self.k, self.v, self.h, self.tokens, self.capacity = k, v, h, tokens, capacity
+
+    def reserve(self, length: int) -> None:
+        """Make room for `length` positions."""
+        if length > self.capacity:
+            self._allocate(min(max(length, 2 * self.capacity), self.config.context_length))
+
+    def rollback(self, n: int) -> None:
+        """Forget the last n cached positions (e.g. rejected draft tokens)."""
+        if not 0 <= n <= self.length:
+            raise ValueError(f"cannot roll back {n} positions of a cache holding {self.length}")
+        self.length -= n
+
+    def shared_prefix(self, tokens) -> int:  # [n] -> int
+        """Length of the longest common prefix of `tokens` and the cached token ids."""
+        m = min(self.length, len(tokens))
+        differ = np.flatnonzero(self.tokens[:m] != tokens[:m])
+        return int(differ[0]) if differ.size else m
+
+    def append(self, layer: int, k, v) -> tuple:  # int, [Hkv, n, hd], [Hkv, n, hd] -> ([Hkv, T, hd], [Hkv, T, hd])
+        """Write layer's keys/values for the n new positions after `length`; return all T = length + n."""
+        end = self.length + k.shape[1]
+        self.k[layer][:, self.length:end] = k
+        self.v[layer][:, self.length:end] = v
+        return self.k[layer][:, :end], self.v[layer][:, :end]
+
+    def commit(self, tokens, h) -> None:  # [n], [n, d]
+        """Record the n new positions' token ids and final states, and advance `length` past them."""
+        end = self.length + len(tokens)
+        self.tokens[self.length:end], self.h[self.length:end] = tokens, h
+        self.length = end
+
+
+def block(x, layer: LayerWeights, cache: KVCache, i: int, cos, sin, config: Config):  # [n, d] ... -> [n, d]
+    """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual."""
+    c = config
+    n = x.shape[0]
+    qkv = linear(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)       # [n, q_dim + 2 kv_dim]
+    q = qkv[:, :c.q_dim].reshape(n, c.n_heads, c.head_dim)                  # [n, H, hd]
+    k = qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(n, c.n_kv_heads, c.head_dim)  # [n, Hkv, hd]
+    v = qkv[:, c.q_dim + c.kv_dim:].reshape(n, c.n_kv_heads, c.head_dim)    # [n, Hkv, hd]
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    k_all, v_all = cache.append(i, k.transpose(1, 0, 2), v.transpose(1, 0, 2))  # [Hkv, T, hd] each
+    x = x + linear(attention(q, k_all, v_all, cache.length), layer.w_o)
+    return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
+
+
+def forward(tokens, weights: Weights, cache: KVCache, cos, sin):  # [n] -> None (fills the cache)
+    """Run n new tokens at positions cache.length.. through every block; cache their keys, values and final states."""
+    c = weights.config
+    n = len(tokens)
+    start = cache.length
+    cache.reserve(start + n)
+    x = weights.embed(tokens)                                  # [n, d]
+    cos_n, sin_n = cos[start:start + n], sin[start:start + n]  # [n, hd/2] each
+    for i, layer in enumerate(weights.layers):
+        x = block(x, layer, cache, i, cos_n, sin_n, c)
+    cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
+
+
+class SmolLM2:
+    """SmolLM2-135M-Instruct as a specref model: tokens [n] -> next-token probabilities [n, V]."""
+
+    def __init__(self, weights: Weights, tokenizer=None):
+        self.weights = weights
+        self.config = weights.config
+        self.tokenizer = tokenizer
+        self.cache = KVCache(self.config)
+        self.cos, self.sin = rope_tables(self.config.context_length, self.config.head_dim,
+                                         self.config.rope_base)                  # [ctx, hd/2] each
+
+    def _check(self, tokens, k) -> np.ndarray:
+        """Validate tokens (non-empty 1-D ids in range, within the context) and k (1..n)."""
+        c = self.config
+        a = np.asarray(tokens)
+        if a.ndim != 1:
+            raise ValueError(f"tokens must be a 1-D sequence of ids, got shape {a.shape}")
+        if a.size == 0:
+            raise ValueError("tokens is empty; the model needs at least one token")
+        if not np.issubdtype(a.dtype, np.integer):
+            raise ValueError(f"tokens must be integers, got dtype {a.dtype}")
+        if a.min() < 0 or a.max() >= c.vocab_size:
+            bad = a[(a < 0) | (a >= c.vocab_size)][0]
+            raise ValueError(f"token id {bad} is out of range; ids must be in [0, {c.vocab_size})")
+        if a.size > c.context_length:
+            raise ValueError(f"{a.size} tokens exceed the model's context of {c.context_length}")
+        if not 1 <= k <= a.size:
+            raise ValueError(f"k = {k} rows requested from {a.size} tokens; need 1 <= k <= {a.size}")
+        return a.astype(np.int64)
+
+    def _final_states(self, tokens, k):  # [n], int -> [k, d]
+        """Final hidden states of the last k positions, computing only positions not already cached."""
+        a = self._check(tokens, k)
+        shared = self.cache.shared_prefix(a)
+        self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
+        if shared < len(a):
+            forward(a[shared:], self.weights, self.cache, self.cos, self.sin)
+        return self.cache.h[len(a) - k:len(a)]
+
+    def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
+        """Logits for every position: row i scores token i+1 given tokens[:i+1]."""
+        return linear(self._final_states(tokens, len(tokens)), self.weights.head)
+
+    def next_logits(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float32 [k, V]
+        """Logits of the last k positions only (the head is applied to k rows)."""
+        return linear(self._final_states(tokens, k), self.weights.head)
+
+    def next_probs(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float64 [k, V]
+        """Next-token distributions of the last k positions; softmax in float64 of float32 logits."""
+        return softmax(self.next_logits(tokens, k).astype(np.float64))
+
+    def __call__(self, tokens) -> np.ndarray:  # [n] -> float64 [n, V]
+        """Next-token distributions for every position."""
+        return self.next_probs(tokens, len(tokens))
+
+    def reset(self) -> None:
+        """Empty the cache."""
+        self.cache.rollback(self.cache.length)
