@@ -39,6 +39,8 @@ def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.nda
         raise ValueError(f"{name} must be an array of probabilities with a last axis of size V >= 1, got shape {d.shape}")
     if V is not None and d.shape[-1] != V:
         raise ValueError(f"{name} has vocabulary size {d.shape[-1]} but {V} was expected (shape {d.shape})")
+    if d.min() >= 0 and np.abs(d.sum(axis=-1) - 1.0).max() <= TOL:  # fast path (NaN fails `>=`)
+        return d
     if not np.all(np.isfinite(d)):
         raise ValueError(f"{name} contains NaN or infinity")
     if np.any(d < 0):

@@ -1,0 +1,91 @@
+"""Drafts and sampling warps: each is a valid model and does what its docstring says."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from specref import drafts, warps
+from specref.sampling import next_distributions
+
+
+def test_uniform_draft():
+    d = drafts.UniformDraft(5)
+    np.testing.assert_allclose(d(np.array([1, 2, 3])), np.full((3, 5), 0.2))
+
+
+def test_ngram_fits_counts_and_backs_off():
+    seqs = [[0, 1, 2, 0, 1, 2, 0, 1], [3, 3, 3]]
+    bigram = drafts.NGramDraft.fit(seqs, 5, n=2)
+    row = next_distributions(bigram, np.array([0]), 1)[0]
+    assert row.sum() == pytest.approx(1.0) and np.all(row > 0)  # smoothed: every token possible
+    assert np.argmax(row) == 1  # after 0 always came 1
+    # an unseen context backs off to the add-one unigram
+    unigram = drafts.NGramDraft.fit(seqs, 5, n=1)
+    np.testing.assert_allclose(next_distributions(bigram, np.array([4]), 1)[0], next_distributions(unigram, np.array([4]), 1)[0])
+    counts = np.array([3, 3, 2, 3, 0]) + 1.0
+    np.testing.assert_allclose(next_distributions(unigram, np.array([0]), 1)[0], counts / counts.sum())
+    # Witten-Bell weight: context (0,) seen 3 times with 1 distinct follower -> lambda = 3/4
+    np.testing.assert_allclose(row, 0.25 * counts / counts.sum() + 0.75 * np.eye(5)[1])
+    trigram = drafts.NGramDraft.fit(seqs, 5, n=3)
+    assert np.argmax(next_distributions(trigram, np.array([2, 0]), 1)[0]) == 1
+    with pytest.raises(ValueError, match="outside"):
+        drafts.NGramDraft.fit([[0, 9]], 5)
+
+
+def test_prompt_lookup_copies_the_latest_match_and_backs_off():
+    d = drafts.PromptLookupDraft(10, n=2)
+    assert d.propose(np.array([5, 6, 7, 1, 5, 6, 8, 2, 5, 6])) == 8  # latest earlier "5 6" was followed by 8
+    assert d.propose(np.array([1, 2, 3, 9, 3])) == 9  # no "9 3" before: back off to "3"
+    assert d.propose(np.array([1, 2, 4])) == 4  # no match at all: repeat the last token
+    rows = d(np.array([1, 2, 1, 2]))
+    assert np.all(rows.sum(axis=1) == 1) and set(np.unique(rows)) == {0.0, 1.0}  # deterministic one-hot
+
+
+@pytest.mark.parametrize("model", [drafts.UniformDraft(4), drafts.PromptLookupDraft(4),
+                                   drafts.NGramDraft.fit([[0, 1, 2, 3]], 4, n=2)])
+def test_drafts_reject_bad_tokens(model):
+    with pytest.raises(ValueError, match="token ids"):
+        model(np.array([0, 4]))
+    with pytest.raises(ValueError, match="non-empty"):
+        model(np.array([], dtype=int))
+
+
+def _rows():
+    return arrays(np.float64, (2, 6), elements=st.floats(0, 1)).filter(
+        lambda a: np.all(a.sum(1) > 1e-3)).map(lambda a: a / a.sum(1, keepdims=True))
+
+
+@settings(max_examples=200, deadline=None)
+@given(_rows(), st.floats(0.05, 3.0), st.integers(1, 6), st.floats(0.05, 1.0))
+def test_warps_give_distributions(probs, T, k, p):
+    for w in [warps.Warp(T), warps.Warp(T, top_k=k), warps.Warp(T, top_p=p), warps.Warp(0.0)]:
+        out = w(probs)
+        assert np.all(out >= 0) and np.allclose(out.sum(1), 1.0)
+        assert np.all(out[probs == 0] == 0)  # a warp never creates mass where there was none
+    assert np.all((warps.Warp(1.0, top_k=k)(probs) > 0).sum(1) <= k)
+    kept = warps.Warp(1.0, top_p=p)(probs) > 0
+    for row, keep in zip(probs, kept):  # kept mass reaches p; dropping the smallest kept token would not
+        assert row[keep].sum() >= p * row.sum() - 1e-12
+        assert row[keep].sum() - row[keep].min() < p * row.sum() + 1e-12
+
+
+def test_warp_examples():
+    probs = np.array([0.5, 0.25, 0.125, 0.125])
+    np.testing.assert_array_equal(warps.Warp(0.0)(probs), [1, 0, 0, 0])
+    np.testing.assert_allclose(warps.Warp(0.5)(probs), probs**2 / (probs**2).sum())
+    np.testing.assert_allclose(warps.Warp(1.0, top_p=0.7)(probs), [2 / 3, 1 / 3, 0, 0])
+    np.testing.assert_allclose(warps.Warp(1.0, top_k=1)(probs), [1, 0, 0, 0])
+    big = np.random.default_rng(0).dirichlet(np.full(5000, 0.01))  # exercises the full-sort fallback too
+    for p in [0.5, 0.95, 0.9999]:
+        order = np.sort(big)[::-1]
+        n = int(np.searchsorted(np.cumsum(order), p)) + 1
+        assert (warps.Warp(1.0, top_p=p)(big) > 0).sum() == n
+
+
+@pytest.mark.parametrize("kwargs", [dict(temperature=-1), dict(temperature=np.nan), dict(top_k=0), dict(top_p=0.0),
+                                    dict(top_p=1.5)])
+def test_bad_warps_are_named(kwargs):
+    with pytest.raises(ValueError, match=list(kwargs)[0]):
+        warps.Warp(**kwargs)

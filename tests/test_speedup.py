@@ -1,0 +1,96 @@
+"""Leviathan's analytic model: internal consistency, simulation, and his Table 1."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specref import mrs, speedup
+
+# Leviathan et al. 2023, Table 1 (c = c_hat = 0): alpha, gamma, operations factor, speed.
+# Values as printed in the paper, two decimals.
+TABLE1 = [
+    (0.6, 2, 1.53, 1.96),
+    (0.7, 3, 1.58, 2.53),
+    (0.8, 2, 1.23, 2.44),
+    (0.8, 5, 1.63, 3.69),
+    (0.9, 2, 1.11, 2.71),
+    (0.9, 10, 1.60, 6.86),
+]
+
+
+@pytest.mark.parametrize("alpha, gamma, ops, speed", TABLE1)
+def test_reproduces_leviathan_table1(alpha, gamma, ops, speed):
+    assert round(float(speedup.walltime_improvement(alpha, gamma, 0.0)), 2) == speed
+    assert round(float(speedup.operations_factor(alpha, gamma, 0.0)), 2) == ops
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(0, 0.999), st.integers(0, 30), st.floats(0, 2))
+def test_formulas_agree_with_each_other(alpha, gamma, c):
+    n = speedup.expected_tokens(alpha, gamma)
+    assert n == pytest.approx(sum(alpha**i for i in range(gamma + 1)))  # geometric series form
+    assert 1.0 <= n <= gamma + 1 + 1e-9
+    assert speedup.walltime_improvement(alpha, gamma, c) == pytest.approx(n / (gamma * c + 1))
+    assert speedup.walltime_improvement_measured(alpha, gamma, c, 1.0) == pytest.approx(
+        speedup.walltime_improvement(alpha, gamma, c))
+    assert speedup.operations_factor(alpha, gamma, c) == pytest.approx((gamma * c + gamma + 1) / n)
+
+
+def test_alpha_one_limit():
+    assert speedup.expected_tokens(1.0, 4) == 5.0
+    assert speedup.walltime_improvement(1.0, 4, 0.25) == pytest.approx(2.5)
+
+
+@pytest.mark.parametrize("alpha, gamma", [(0.3, 2), (0.6, 4), (0.85, 7)])
+def test_eq1_matches_simulated_iid_acceptances(alpha, gamma):
+    # each run: accept while Bernoulli(alpha) succeeds, at most gamma, plus one target token
+    rng = np.random.default_rng(0)
+    u = rng.random((200_000, gamma))
+    accepted = np.where((u >= alpha).any(axis=1), np.argmax(u >= alpha, axis=1), gamma)
+    tokens = accepted + 1
+    se = tokens.std() / np.sqrt(len(tokens))
+    assert tokens.mean() == pytest.approx(speedup.expected_tokens(alpha, gamma), abs=5 * se)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.01, 0.99), st.floats(0, 1))
+def test_optimal_gamma_is_the_brute_force_argmax(alpha, c):
+    g = speedup.optimal_gamma(alpha, c)
+    values = [speedup.walltime_improvement(alpha, k, c) for k in range(1, 65)]
+    assert values[g - 1] == max(values)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.floats(0.01, 0.99), st.floats(0, 0.99))
+def test_corollary_3_9(alpha, c):
+    if alpha > c:
+        best = max(speedup.walltime_improvement(alpha, k, c) for k in range(1, 65))
+        assert best >= speedup.improvement_lower_bound(alpha, c) - 1e-12 > 1.0 - 1e-12
+
+
+def test_measured_scoring_cost_lowers_the_prediction():
+    # scoring 5 tokens at 2.2x a decode step (a CPU) vs Leviathan's 1x assumption
+    ideal = speedup.walltime_improvement(0.6, 4, 0.0)
+    cpu = speedup.walltime_improvement_measured(0.6, 4, 0.0, 2.2)
+    assert cpu == pytest.approx(ideal / 2.2)
+
+
+def test_lenient_alpha():
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.30, 0.45, 0.10, 0.15])
+    assert speedup.lenient_alpha(p, q, 1.0) == pytest.approx(mrs.acceptance_rate(p, q))
+    alphas = [speedup.lenient_alpha(p, q, lam) for lam in [1.0, 0.5, 0.3, 0.1]]
+    assert alphas == sorted(alphas) and alphas[-1] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda: speedup.expected_tokens(1.5, 2), "alpha"),
+    (lambda: speedup.expected_tokens(0.5, -1), "gamma"),
+    (lambda: speedup.walltime_improvement(0.5, 2.5, 0), "gamma"),
+    (lambda: speedup.walltime_improvement(0.5, 2, -0.1), "c must"),
+    (lambda: speedup.walltime_improvement_measured(0.5, 2, 0, 0), "score_cost"),
+    (lambda: speedup.lenient_alpha(np.array([1.0]), np.array([1.0]), 2.0), "lenience"),
+])
+def test_bad_inputs(call, message):
+    with pytest.raises(ValueError, match=message):
+        call()
