@@ -281,24 +281,37 @@ def figure_expected_tokens(out: Path, quick: bool) -> Path:
     return _save(fig, out, "expected_tokens.png")
 
 
-def figure_chi_square_power(out: Path, quick: bool) -> Path:
+def chi_square_power_sizes(quick: bool) -> dict:
+    """Sample sizes of the p-value and power study (quick: CI; otherwise the README's figure)."""
+    if quick:
+        return {"n_hist": 800, "reps_hist": 20, "ns": (50, 200, 800), "reps_power": 10}
+    return {"n_hist": 800, "reps_hist": 200, "ns": (25, 50, 100, 200, 400, 800, 1600), "reps_power": 60}
+
+
+def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int):
+    """Into `fig`: one p-value histogram per sampler (correct verify, then specref.broken) on
+    `power_case()`, and below them the power curves.  Returns (p-values by name, power by name)."""
     p, q = power_case()
-    n_hist, reps_hist = (800, 20) if quick else (800, 200)
-    ns, reps_pow = ((50, 200, 800), 10) if quick else ((25, 50, 100, 200, 400, 800, 1600), 60)
-    samplers = verify_samplers()
-    fig = plt.figure(figsize=(12, 6.5), layout="constrained")
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
     axes = top.subplots(2, 4, sharex=True).ravel()
-    for i, (ax, (name, f)) in enumerate(zip(axes, samplers.items())):
-        plot_pvalue_histogram(ax, verify_pvalues(f, p, q, n_hist, reps_hist, seed=7), name, f"C{i}")
+    pvalues = {}
+    for i, (ax, (name, f)) in enumerate(zip(axes, verify_samplers().items())):
+        pvalues[name] = verify_pvalues(f, p, q, n_hist, reps_hist, seed=7)
+        plot_pvalue_histogram(ax, pvalues[name], name, f"C{i}")
     for ax in axes[4:]:
         ax.set_xlabel("chi-square p-value", fontsize=8)
-    axes[0].set_ylabel(f"count of {reps_hist} tests", fontsize=8)
-    axes[4].set_ylabel(f"count of {reps_hist} tests", fontsize=8)
+    for ax in axes[::4]:
+        ax.set_ylabel(f"count of {reps_hist} tests", fontsize=8)
     top.suptitle(f"p-values of {reps_hist} tests of n = {n_hist} verify outputs each against the exact law "
                  f"(dotted: uniform); Chen's letters, K = 2 drafts, V = 3 tokens", fontsize=9)
-    ax = bottom.subplots()
-    plot_power(ax, ns, power_curves(p, q, ns, reps_pow), reps_pow)
+    power = power_curves(p, q, ns, reps_power)
+    plot_power(bottom.subplots(), ns, power, reps_power)
+    return pvalues, power
+
+
+def figure_chi_square_power(out: Path, quick: bool) -> Path:
+    fig = plt.figure(figsize=(12, 6.5), layout="constrained")
+    plot_chi_square_power(fig, **chi_square_power_sizes(quick))
     return _save(fig, out, "chi_square_power.png")
 
 
