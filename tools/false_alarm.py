@@ -1,0 +1,67 @@
+"""Measure the false-alarm rate and the power of the suite's distribution tests.
+
+    python3 -m tools.false_alarm [--seeds 20]
+
+Re-runs the suite's own chi-square tests (the same cases, the same sample sizes, the same
+level specref.stats.LEVEL) with fresh seeds instead of the fixed ones:
+- with the correct sampler, the fraction of seeds rejected is the false-alarm rate
+  (expected: LEVEL per test); the fraction below 0.05 and a KS test of the p-values'
+  uniformity are printed too, since a rate of 1e-3 cannot be resolved with few seeds;
+- with each broken sampler, the fraction rejected is the power (should be 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+from scipy import stats as sps
+
+import tests.test_mrs as tm
+import tests.test_sampling as ts
+from specref import broken, mrs, stats
+
+
+def verify_pvalue(f, case, seed):
+    p, q = tm.CASES[case]
+    counts = stats.sample_verify(f, p, q, tm.N_SAMPLES, np.random.default_rng(seed))
+    return stats.chi_square_gof(counts, stats.verify_law(p, q))[2]
+
+
+def sequence_pvalue(f, K, seed):
+    counts = stats.sample_sequences(ts._sps(K, verify=f), ts.RUNS, len(ts.PROMPT), np.random.default_rng(seed))
+    return stats.chi_square_gof(counts, ts.LAW)[2]
+
+
+def report(name, pv):
+    pv = np.asarray(pv)
+    print(f"  {name:34s} seeds={len(pv):4d}  rejected at {stats.LEVEL:g}: {np.mean(pv < stats.LEVEL):.3f}  "
+          f"p<0.05: {np.mean(pv < 0.05):.3f}  KS uniform p={sps.kstest(pv, 'uniform').pvalue:.3f}", flush=True)
+    return pv
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--seeds", type=int, default=20, help="fresh seeds per test (default 20)")
+    args = ap.parse_args()
+    seeds = range(10_000, 10_000 + args.seeds)
+    t0 = time.time()
+    print(f"verify output law, n = {tm.N_SAMPLES} per test (tests/test_mrs.py)")
+    correct = [report(f"verify / {case}", [verify_pvalue(mrs.verify, case, s) for s in seeds]) for case in tm.CASES]
+    allp = np.concatenate(correct)
+    print(f"  pooled over {len(allp)} correct tests: rejected {np.mean(allp < stats.LEVEL):.4f}, "
+          f"p<0.05 {np.mean(allp < 0.05):.3f}, KS p={sps.kstest(allp, 'uniform').pvalue:.3f}")
+    for name, f in broken.BROKEN.items():
+        report(f"broken {name}", [verify_pvalue(f, "random", s) for s in seeds])
+    print(f"\nwhole sequences, {ts.RUNS} runs per test, K = 2 (tests/test_sampling.py)")
+    report("speculative_sampling", [sequence_pvalue(mrs.verify, 2, s) for s in seeds])
+    few = seeds[: max(3, len(seeds) // 4)]
+    for name in ["always_accept", "ratio_inverted", "resample_from_q", "bonus_wrong_row",
+                 "greedy_draft_softmax_ratio", "one_uniform_reused"]:
+        report(f"broken {name}", [sequence_pvalue(broken.BROKEN[name], 2, s) for s in few])
+    print(f"\n{time.time() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
