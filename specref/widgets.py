@@ -10,10 +10,14 @@ score_slope  extra cost of each additional token scored in one target call, in d
        steps.  Leviathan's model assumes 0 (parallel scoring is free); on a CPU it is not.
 
 `speedup_panel` and `plot_speedup` are what the sliders call; tests call them directly.
-`interactive_speedup` builds the sliders for notebook 04.
+`interactive_speedup` builds the sliders for notebook 04.  `highlight_html` and
+`side_by_side_html` render generated text for notebook 05 (accepted drafts highlighted).
 """
 
 from __future__ import annotations
+
+import codecs
+import html
 
 import ipywidgets
 import matplotlib.pyplot as plt
@@ -123,3 +127,25 @@ def interactive_speedup(alpha: float = 0.7, gamma: int = 4, c: float = 0.05, c_h
         score_slope=ipywidgets.FloatSlider(value=score_slope, min=0.0, max=1.0, step=0.01,
                                            description="score_slope", style=style),
     )
+
+
+def highlight_html(tokenizer, pieces) -> str:
+    """HTML for a generated text: tokens that were drafted and accepted on a green background.
+
+    `pieces` is a list of (token ids appended by one loop, number of them that were accepted
+    drafts); the accepted drafts come first in each loop, the target's own token last.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character may span two tokens
+    out = []
+    for tokens, n_accepted in pieces:
+        for i, token in enumerate(tokens):
+            text = html.escape(decoder.decode(tokenizer.decode_bytes([int(token)])))
+            out.append(f'<span style="background:#b6e3b6">{text}</span>' if i < n_accepted else text)
+    return '<pre style="white-space:pre-wrap;font-size:12px">' + "".join(out) + "</pre>"
+
+
+def side_by_side_html(columns: dict) -> str:
+    """An HTML table with one column per (title -> HTML body), e.g. ArS next to SpS."""
+    head = "".join(f"<th style='text-align:left'>{html.escape(t)}</th>" for t in columns)
+    body = "".join(f"<td style='vertical-align:top;width:{100 // len(columns)}%'>{b}</td>" for b in columns.values())
+    return f"<table><tr>{head}</tr><tr>{body}</tr></table>"

@@ -78,3 +78,23 @@ def test_interactive_has_the_sliders():
     w = widgets.interactive_speedup()
     names = {c.description for c in w.children if hasattr(c, "min")}
     assert names == {"alpha", "gamma", "c", "c_hat", "score_slope"}
+
+
+class ByteTokenizer:
+    """Token i is the byte i: enough to check the rendering, including a character split over two tokens."""
+
+    def decode_bytes(self, ids):
+        return bytes(ids)
+
+
+def test_highlight_html_marks_accepted_drafts_and_escapes():
+    pieces = [([ord("a"), ord("<")], 1), (list("é".encode()), 2), ([ord("z")], 0)]
+    out = widgets.highlight_html(ByteTokenizer(), pieces)
+    assert '<span style="background:#b6e3b6">a</span>&lt;' in out  # 'a' accepted, '<' from the target, escaped
+    assert "é" in out and "\ufffd" not in out  # the two bytes of é decode as one character
+    assert out.count("<span") == 3 and out.endswith("z</pre>")
+
+
+def test_side_by_side_html_has_one_column_per_title():
+    out = widgets.side_by_side_html({"ArS": "<pre>x</pre>", "SpS": "<pre>y</pre>"})
+    assert out.count("<th") == 2 and out.count("<td") == 2
