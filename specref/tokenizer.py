@@ -294,7 +294,7 @@ class Tokenizer:
             self.cache[symbols] = ids
         return ids
 
-    def encode(self, text: str, allow_special: bool = True, missing_bytes: str = "error") -> list[int]:
+    def encode(self, text: str, allow_special: bool = True, missing_bytes: str = "error") -> list[int]:  # -> [n]
         """Token ids for text. No BOS is added (SmolLM2 adds none).
 
         allow_special: match control tokens such as `<|im_start|>` whole (as HF and llama.cpp do);
@@ -332,7 +332,7 @@ class Tokenizer:
 
     # ---- decoding -------------------------------------------------------------------------------
 
-    def check_ids(self, ids: Iterable[int]) -> list[int]:
+    def check_ids(self, ids: Iterable[int]) -> list[int]:  # [n] -> [n]
         """The ids as a list of Python ints, after checking each is a token id."""
         ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
         if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
@@ -343,7 +343,7 @@ class Tokenizer:
             raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
         return ids.tolist()
 
-    def decode_bytes(self, ids: Iterable[int]) -> bytes:
+    def decode_bytes(self, ids: Iterable[int]) -> bytes:  # [n] -> bytes
         """The exact bytes the tokens stand for (control tokens as their text).
 
         To stream text token by token, feed these bytes to
@@ -352,7 +352,7 @@ class Tokenizer:
         """
         return b"".join(self.token_bytes[i] for i in self.check_ids(ids))
 
-    def decode(self, ids: Iterable[int]) -> str:
+    def decode(self, ids: Iterable[int]) -> str:  # [n] -> str
         """The text the tokens stand for.
 
         A model can emit a token sequence that is not valid UTF-8 (a character cut off mid-bytes,
