@@ -5,3 +5,5 @@ letters (p = target, q = draft) and calls K gamma; `specref.speedup` uses Leviat
 gamma because its formulas are his, but every distribution argument in this package
 follows Chen: draft first, target second.
 """
+
+from specref.model import SmolLM2, load_smollm2  # the real model (SmolLM2-135M in NumPy)

