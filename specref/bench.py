@@ -65,8 +65,9 @@ def scoring_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX) -> dict:
     model.next_probs(np.array(prefix), 1)                      # cache the prefix once
     times = {n: [] for n in range(1, k_max + 2)}
     fresh = 5000
+    order = np.random.default_rng(0)
     for _ in range(repeats):
-        for n in times:                                        # interleaved, so drift hits all n alike
+        for n in order.permutation(list(times)).tolist():      # interleaved, shuffled: drift hits all n alike
             fresh = (fresh + 1) % V                            # a first new token unlike the cached one
             tokens = np.array(prefix + [fresh] + list(range(2000, 2000 + n - 1)))
             t = time.perf_counter()
@@ -117,7 +118,7 @@ def format_table(costs: dict) -> str:
         mark = "" if ok is None else ("ok" if ok else "MISSED")
         return f"  {name:<34} {value:>10} {target:>10} {mark:>7}"
 
-    lines = [row("quantity", "measured", "target", ""),
+    lines = [f"  {'quantity':<34} {'measured':>10} {'target':>10} {'status':>7}",
              row("decode step (ms/token)", f"{costs['decode_ms_per_token']:.1f}"),
              row("weights-stream floor (ms)", f"{costs['weights_stream_ms']:.1f}")]
     for layout, ms in costs["weights_stream_ms_by_layout"].items():

@@ -15,7 +15,7 @@ import numpy as np
 from specref.tokenizer import Tokenizer
 from specref.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
-ROWS = 6  # rows per small-GEMM call in `linear`
+ROWS = 18  # most rows per small-GEMM call in `linear` (see the note above it)
 
 
 # Why the weight matrices are stacks of narrow panels, and why `linear` pads rows to 2 or 6.
@@ -40,14 +40,18 @@ ROWS = 6  # rows per small-GEMM call in `linear`
 #   panel width   16    24    32    48    64
 #   1 row        0.77  0.77  0.73  0.81  1.3   (1 row goes to NumPy's GEMV path)
 #   5 rows       1.75  1.77  1.16  1.3   1.2
-# Width 32 is best for both.  Row counts matter: with 32-wide panels 5 rows (a 4-row and a 1-row
-# sweep) cost 1.6x one row, but 6 rows (a 4-row and a 2-row sweep) cost 1.0x, so `linear` takes
-# rows 6 at a time and pads 3..5 rows to 6 with zeros; in the whole model scoring 5 tokens went
-# from 1.54x to 1.16x a decode step.  A single row is padded to 2, which costs nothing and keeps
-# it on the same kernel instead of OpenBLAS's GEMV, which uses threads when allowed.
-# Whole model (same conditions): decode step 0.94x the plain-GEMV weights-stream floor; scoring
-# 2..9 tokens in one call: 0.96, 1.06, 1.16, 1.13, 1.20, 1.74, 1.75, 2.04 x a decode step;
-# `python -m specref bench` measures these again.
+# Width 32 is best for both.  Row counts matter, for reasons the kernel's source does not make
+# obvious: over 32-wide panels 4 rows cost 1.3x and 5 rows 1.6x one row, but 6 rows 1.0x-1.2x.
+# So `linear` pads 3..5 rows to 6 with zeros (in the whole model, scoring 5 tokens went from
+# 1.54x to 1.16x a decode step), and pads 1 row to 2, which costs nothing and keeps a decode
+# step on the same single-threaded kernel rather than OpenBLAS's GEMV, which starts threads when
+# it may.  7 or more rows go in one call (6 + 2 in two calls cost 1.8x one row, 8 in one call
+# 1.5x: a second call reads the weights from memory again), at most ROWS = 18 per call: OpenBLAS
+# leaves the direct kernel for threaded GEMM above m*n*k = 358400 when it may use threads.
+# Whole model (same conditions, `python -m specref bench`): decode step 1.07x-1.12x the
+# weights-stream floor (a GEMV pass over the panels, which is faster than one over the plain
+# matrices); scoring 2..9 tokens in one call: 0.99, 1.07, 1.12, 1.18, 1.10, 1.39, 1.48, 1.72 x a
+# decode step.  A 200-token prompt takes 0.8 s.
 # Threads: let OpenBLAS use 1 thread (OPENBLAS_NUM_THREADS=1, set before NumPy is imported).  With
 # 2 threads on a busy 2-core machine its threaded paths became erratic (a plain GEMV pass over the
 # weights 1.4 s instead of 38 ms; a 200-token prompt 4.6 s to 19 s instead of 0.8 s to 1.2 s).
@@ -62,7 +66,7 @@ def linear(x, w):  # [n, d_in], [P, d_in, c] -> [n, P * c]
     for a in range(0, n, ROWS):
         rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
         m = rows.shape[0]
-        padded = 2 if m <= 2 else ROWS                         # the cheap row counts measured above
+        padded = 2 if m <= 2 else max(m, 6)                    # cheap row counts, measured (above)
         if m < padded:
             rows = np.concatenate([rows, np.zeros((padded - m, d_in), np.float32)])
         y = np.matmul(rows, w)                                 # [P, padded, c]: one small GEMM per panel
