@@ -199,7 +199,8 @@ def load_weights(path) -> Weights:
         return _dequantize(tensors, name, shape, path)
 
     def fused(*blocks):  # several [out_i, in] -> panels [sum out_i / PANEL, in, PANEL]
-        return to_panels(np.concatenate(blocks, axis=0).T, PANEL)
+        stacked = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)  # [sum out_i, in]
+        return to_panels(stacked.T, PANEL)
 
     layers = []
     for i in range(c.n_layers):
