@@ -32,31 +32,34 @@ ROWS = 18  # most rows per small-GEMM call in `linear` (see the note above it)
 #     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
 # What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
 # (specref.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
-# in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32], and OpenBLAS sends
-# products that small to its "direct" AVX-512 SGEMM kernel, which reads both operands in place:
-# no packing, no threads.  It sweeps each 73 KB panel once per group of 4, 2 or 1 rows, and the
-# panel stays in L2 between sweeps, so the first sweep pays for memory and later sweeps are cheap.
+# in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32].  OpenBLAS hands
+# products with m*n*k <= 10^6 to its AVX-512 "small matrix" kernel (`perf` shows the time in
+# sgemm_small_kernel_b0_nn_SKYLAKEX), which reads both operands in place: no packing, and no
+# threads.  It sweeps each 73 KB panel once per group of 4, 2 or 1 rows of X, and the panel stays
+# in L2 between sweeps, so the first sweep pays for memory and the later ones are cheap.
 # Over the model's matrices, relative to one plain GEMV each:
 #   panel width   16    24    32    48    64
 #   1 row        0.77  0.77  0.73  0.81  1.3   (1 row goes to NumPy's GEMV path)
 #   5 rows       1.75  1.77  1.16  1.3   1.2
-# Width 32 is best for both.  Row counts matter, for reasons the kernel's source does not make
-# obvious: over 32-wide panels 4 rows cost 1.3x and 5 rows 1.6x one row, but 6 rows 1.0x-1.2x.
-# So `linear` pads 3..5 rows to 6 with zeros (in the whole model, scoring 5 tokens went from
-# 1.54x to 1.16x a decode step), and pads 1 row to 2, which costs nothing and keeps a decode
-# step on the same single-threaded kernel rather than OpenBLAS's GEMV, which starts threads when
-# it may.  7 or more rows go in one call (6 + 2 in two calls cost 1.8x one row, 8 in one call
-# 1.5x: a second call reads the weights from memory again), at most ROWS = 18 per call: OpenBLAS
-# leaves the direct kernel for threaded GEMM above m*n*k = 358400 when it may use threads.
+# Width 32 is best for both.  Row counts matter, and not all of it is explained by the sweeps:
+# over 32-wide panels 4 rows cost 1.3x and 5 rows (sweeps of 4 and 1) 1.6x one row, but 6 rows
+# (sweeps of 4 and 2) 1.0x-1.2x.  So `linear` pads 3..5 rows to 6 with zeros (in the whole model,
+# scoring 5 tokens went from 1.54x to 1.16x a decode step), and pads 1 row to 2, which costs
+# nothing and keeps a decode step on the same single-threaded kernel rather than NumPy's GEMV
+# call, which OpenBLAS runs on several threads when it may.  7 or more rows go in one call
+# (6 + 2 rows in two calls cost 1.8x one row, 8 rows in one call 1.5x: a second call reads the
+# weights from memory again), at most ROWS = 18 per call, so that m*n*k = 18 * 32 * 1536 stays
+# under the small kernel's limit for the widest input (the SwiGLU down projection).
 # Whole model (same conditions, `python -m specref bench`): decode step 1.07x-1.12x the
 # weights-stream floor (a GEMV pass over the panels, which is faster than one over the plain
 # matrices); scoring 2..9 tokens in one call: 0.99, 1.07, 1.12, 1.18, 1.10, 1.39, 1.48, 1.72 x a
-# decode step.  A 200-token prompt takes 0.8 s.
+# decode step.  A 200-token prompt takes 0.5 s.
 # Threads: let OpenBLAS use 1 thread (OPENBLAS_NUM_THREADS=1, set before NumPy is imported).  With
-# 2 threads on a busy 2-core machine its threaded paths became erratic (a plain GEMV pass over the
-# weights 1.4 s instead of 38 ms; a 200-token prompt 4.6 s to 19 s instead of 0.8 s to 1.2 s).
-# On CPUs without AVX-512 OpenBLAS has no direct kernel and small products are packed; the
-# results are identical, only slower.
+# 2 threads on a busy 2-core machine its threaded paths became erratic: a plain GEMV pass over the
+# weights took 1.4 s instead of 38 ms, and a 200-token prompt 1.4 s to 1.9 s instead of 0.5 s
+# (the panels themselves never use threads, so decode and scoring suffer least).
+# On CPUs without AVX-512 OpenBLAS has no such kernel and small products are packed; the results
+# are identical, only slower.
 
 def linear(x, w):  # [n, d_in], [P, d_in, c] -> [n, P * c]
     """x @ W for a matrix W stored as P panels of c output columns, rows taken ROWS at a time (see above)."""
