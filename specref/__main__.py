@@ -9,6 +9,7 @@ COMMANDS = {
     "demo": ("specref.demo", "ArS vs SpS on SmolLM2-135M, streamed with accepted drafts highlighted"),
     "bench": ("specref.bench", "measure decode, scoring and verify costs; write JSON"),
     "humaneval": ("specref.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
+    "figures": ("specref.figures", "regenerate every figure in figures/ as PNG (--quick for small sizes)"),
 }
 
 
