@@ -18,7 +18,10 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 - predicted_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
   (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
-  (K + 1 rows) / time of one ArS target call, all timed in the same run.
+  (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included).
+  predicted_speedup_bench: the same with score_cost from `specref.bench.measure_costs`
+  (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
+  at the start of the run; skipped with --no-bench-costs.
 
 The model sees the raw HumanEval prompt (code: imports, signature, docstring), not a chat
 message, followed by three spaces: the first line of the body, whose fourth indentation space
@@ -55,6 +58,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 import specref
+from specref import bench as costs_bench
 from specref import sandbox, speedup
 from specref.drafts import NGramDraft, PromptLookupDraft, UniformDraft
 from specref.fetch import fetch_pypi_member
@@ -381,6 +385,21 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
     return rows
 
 
+def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
+    """Add predicted_speedup_bench to each SpS row whose K the bench measured (see the module docstring)."""
+    if costs is None:
+        return
+    for row in rows:
+        ratio = costs["score_ratio"].get(row["K"])
+        c = row.get("c")
+        if row["draft"] is None or ratio is None or c is None or not all(
+                math.isfinite(v) for v in (row["alpha"], c)):
+            row["predicted_speedup_bench"] = 1.0 if row["draft"] is None else None
+            continue
+        row["predicted_speedup_bench"] = float(speedup.walltime_improvement_measured(
+            min(row["alpha"], 1 - 1e-12), row["K"], c, ratio))
+
+
 def parity(rows: list[dict]) -> list[dict]:
     """ArS vs SpS pass@1 at each setting: the difference and its 95% interval (Chen Table 1's parity)."""
     out = []
@@ -417,7 +436,7 @@ def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], tas
             f"ms_per_{new_tokens}_tokens": row["ms_per_token"] * new_tokens,
             "tokens_per_loop_over_K_plus_1": row["tokens_per_target_call"] / (m.K + 1),
             "ms_per_loop": row["ms_per_loop"], "speedup": row["speedup"], "alpha": row["alpha"],
-            "predicted_speedup": row["predicted_speedup"],
+            "predicted_speedup": row["predicted_speedup"], "c": row["c"], "score_cost": row["score_cost"],
         })
     return rows
 
@@ -550,6 +569,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="instead of the table, run Chen Figure 1's sweep over these K (nucleus sampling, "
                              "exactly --max-new-tokens tokens per problem, no stop sequences, no tests)")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds allowed to run one problem's tests")
+    parser.add_argument("--no-bench-costs", action="store_true",
+                        help="skip measuring the model's scoring cost per K before the run "
+                             "(then rows have no predicted_speedup_bench)")
     parser.add_argument("--cache-dir", default=None, help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
 
 
@@ -563,8 +585,8 @@ def parse_int_list(text: str, name: str) -> list[int]:
     return values
 
 
-def check_args(args) -> list[str]:
-    """Validate the options; return the drafts."""
+def check_args(args) -> tuple[list[str], list[int] | None]:
+    """Validate the options before anything slow happens; return the drafts and the sweep's K values."""
     drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
     unknown = [d for d in drafts if d not in DRAFTS]
     if unknown:
@@ -577,12 +599,12 @@ def check_args(args) -> list[str]:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
     if args.timeout <= 0:
         raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    return drafts
+    return drafts, (parse_int_list(args.k_sweep, "--k-sweep") if args.k_sweep else None)
 
 
 def run(args, model=None) -> int:
     """The `python -m specref humaneval` command; `model` (a loaded SmolLM2) skips loading one."""
-    drafts = check_args(args)
+    drafts, Ks = check_args(args)
     problems = load_problems(args.cache_dir, progress=lambda message: print(message, file=sys.stderr))
     if args.limit is not None:
         problems = problems[: args.limit]
@@ -596,17 +618,23 @@ def run(args, model=None) -> int:
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
                                  "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),
                                  "model": bench.model_name}}
-    if args.k_sweep:
-        Ks = parse_int_list(args.k_sweep, "--k-sweep")
+    costs = None
+    if not args.no_bench_costs:
+        print("measuring the scoring cost per K (specref.bench.measure_costs) ...")
+        costs = costs_bench.measure_costs(model, repeats=5)
+        report["costs"] = costs
+    if Ks:
         methods = sweep_methods(drafts, Ks)
         keys = bench.run_methods("sweep", methods, execute=False, stop=False)
         rows = sweep_rows(methods, bench.stored, keys, task_ids, args.max_new_tokens)
+        add_bench_prediction(rows, costs)
         report["k_sweep"] = rows
         print(format_sweep(rows, args.max_new_tokens))
     else:
         methods = methods_for(drafts, args.K)
         keys = bench.run_methods("table", methods, execute=True, stop=True)
         rows = summarize(methods, bench.stored, keys, task_ids)
+        add_bench_prediction(rows, costs)
         report["rows"] = rows
         report["parity"] = parity(rows)
         print(format_table(rows))

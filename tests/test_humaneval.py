@@ -171,7 +171,7 @@ def test_ngram_draft_leaves_its_own_problem_out(problems, tokenizer):
 def test_run_resumes_from_its_jsonl(tmp_path, code_model):
     out = tmp_path / "he.json"
     argv = ["--limit", "2", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out),
-            "--timeout", "5"]
+            "--timeout", "5", "--no-bench-costs"]
     assert he.run(parse(argv), model=code_model) == 0
     first = json.loads(out.read_text())
     lines = (tmp_path / "he.jsonl").read_text().splitlines()
@@ -196,14 +196,14 @@ def test_run_resumes_from_its_jsonl(tmp_path, code_model):
 
     # different settings are not mixed with stored ones
     code_model.calls = 0
-    assert he.run(parse(argv[:-4] + ["--seed", "7", "--json", str(out), "--timeout", "5"]), model=code_model) == 0
+    assert he.run(parse(argv[:-5] + ["--seed", "7", "--json", str(out), "--timeout", "5", "--no-bench-costs"]), model=code_model) == 0
     assert code_model.calls > 0
 
 
 def test_k_sweep(tmp_path, code_model):
     out = tmp_path / "sweep.json"
     argv = ["--limit", "1", "--max-new-tokens", "16", "--drafts", "prompt-lookup", "--k-sweep", "1,3",
-            "--json", str(out)]
+            "--json", str(out), "--no-bench-costs"]
     assert he.run(parse(argv), model=code_model) == 0
     rows = json.loads(out.read_text())["k_sweep"]
     assert [(r["draft"], r["K"]) for r in rows] == [(None, 0), ("prompt-lookup", 1), ("prompt-lookup", 3)]
@@ -248,6 +248,17 @@ def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
         assert math.isfinite(r["ms_per_token"]) and r["speedup"] > 0
         if r["method"] == "SpS":
             assert 0 <= r["alpha"] <= 1 and math.isfinite(r["predicted_speedup"])
+            assert math.isfinite(r["predicted_speedup_bench"])
     assert len(report["parity"]) == 2
     printed = capsys.readouterr().out
     assert "[3/3] HumanEval/2" in printed and "running:" in printed and "| method |" in printed
+
+
+def test_bench_prediction_uses_the_measured_scoring_cost():
+    rows = [{"draft": None, "K": 0, "alpha": None, "c": None},
+            {"draft": "prompt-lookup", "K": 4, "alpha": 0.5, "c": 0.01},
+            {"draft": "prompt-lookup", "K": 9, "alpha": 0.5, "c": 0.01}]  # K the bench did not measure
+    he.add_bench_prediction(rows, {"score_ratio": {4: 2.0}})
+    # Leviathan Eq. 1: (1 - 0.5^5) / (1 - 0.5) = 1.9375 tokens per loop, for 4 * 0.01 + 2.0 decode steps
+    assert rows[1]["predicted_speedup_bench"] == pytest.approx(1.9375 / 2.04)
+    assert rows[0]["predicted_speedup_bench"] == 1.0 and rows[2]["predicted_speedup_bench"] is None
