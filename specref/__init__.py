@@ -6,4 +6,13 @@ gamma because its formulas are his, but every distribution argument in this pack
 follows Chen: draft first, target second.
 """
 
-from specref.model import SmolLM2, load_smollm2  # the real model (SmolLM2-135M in NumPy)
+
+
+def __getattr__(name):
+    # The real model (SmolLM2-135M in NumPy) is imported on first use, not with the package:
+    # `python -m specref` must be able to set OPENBLAS_NUM_THREADS before NumPy loads.
+    if name in ("SmolLM2", "load_smollm2"):
+        from specref import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module 'specref' has no attribute {name!r}")

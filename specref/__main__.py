@@ -1,8 +1,15 @@
 """Command line: `python -m specref {demo,bench,humaneval}`."""
 
-import argparse
-import importlib
-import sys
+import os
+
+# One BLAS thread: the model's small products never use threads, and on a shared 2-core
+# machine OpenBLAS's spinning worker threads made prefill 3x slower (see specref.model).
+# It must be set before NumPy is imported; an explicit setting in the environment wins.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import importlib  # noqa: E402
+import sys  # noqa: E402
 
 # subcommand -> module that provides add_arguments(parser) and run(args) -> int
 COMMANDS = {

@@ -24,14 +24,22 @@ from specref.model import load_smollm2
 from specref.sampling import Step, autoregressive_steps, speculative_steps
 from specref.warps import Warped
 
+# A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
+# pays when "a user and a language model iterate on content").  SmolLM2-135M answers it by
+# writing the function out again, which a prompt-lookup draft predicts well.
 DEFAULT_PROMPT = (
-    "Here is a Python function:\n\n"
-    "def average(numbers):\n"
-    "    total = 0\n"
-    "    for n in numbers:\n"
-    "        total += n\n"
-    "    return total / len(numbers)\n\n"
-    "Rewrite it so that the variable total is called acc. Reply with the code only."
+    "Add a comment above every line of this Python function and return it:\n\n"
+    "def merge(a, b):\n"
+    "    result = []\n"
+    "    i = j = 0\n"
+    "    while i < len(a) and j < len(b):\n"
+    "        if a[i] < b[j]:\n"
+    "            result.append(a[i])\n"
+    "            i += 1\n"
+    "        else:\n"
+    "            result.append(b[j])\n"
+    "            j += 1\n"
+    "    return result + a[i:] + b[j:]"
 )
 
 GREEN, RESET = "\x1b[42;30m", "\x1b[0m"

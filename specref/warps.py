@@ -17,9 +17,12 @@ import numpy as np
 
 from specref.sampling import next_distributions
 
-# top-p looks at this many of the most likely tokens first (argpartition is O(V));
-# only when they do not reach the requested mass does it sort the whole row.
-_TOP_P_CANDIDATES = 1024
+# top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
+# of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the
+# nucleus is not inside them and the next threshold is tried, 0 meaning every token.  When
+# their mass does reach it, every token of the nucleus is among them, so the result is the
+# same as sorting the whole row.
+_TOP_P_THRESHOLDS = (1e-3, 1e-6, 0.0)
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,8 @@ class Warp:
         probs = np.asarray(probs, dtype=np.float64)
         if self.greedy:
             return greedy(probs)
+        if np.all(np.count_nonzero(probs, axis=-1) == 1):  # one-hot rows (a deterministic draft) are a fixed point
+            return probs
         out = probs if self.temperature == 1.0 else temperature(probs, self.temperature)
         if self.top_k is not None:
             out = top_k(out, self.top_k)
@@ -81,15 +86,14 @@ def top_k(probs: np.ndarray, k: int) -> np.ndarray:  # [..., V] -> [..., V]
 
 
 def _top_p_row(row: np.ndarray, p: float) -> np.ndarray:  # [V] -> [V]
-    V = row.shape[0]
     target = p * row.sum()
-    m = min(_TOP_P_CANDIDATES, V)
-    cand = np.argpartition(-row, m - 1)[:m] if m < V else np.arange(V)  # the m largest, unordered
-    order = cand[np.argsort(-row[cand], kind="stable")]
-    cum = np.cumsum(row[order])
-    if cum[-1] < target and m < V:  # the candidates fall short of the mass: sort the whole row
-        order = np.argsort(-row, kind="stable")
+    order = None
+    for threshold in _TOP_P_THRESHOLDS:  # look at the likely tokens first; all of them last
+        cand = np.flatnonzero(row > threshold) if threshold > 0 else np.arange(row.shape[0])
+        order = cand[np.argsort(-row[cand], kind="stable")]  # ties keep index order, as a full sort would
         cum = np.cumsum(row[order])
+        if cum.size and cum[-1] >= target:  # the nucleus lies inside the candidates
+            break
     n = min(int(np.searchsorted(cum, target, side="left")) + 1, len(order))  # keep the crossing token
     out = np.zeros_like(row)
     out[order[:n]] = row[order[:n]]
