@@ -64,7 +64,9 @@ def test_ids_equal_reference(tok):
 
 
 def test_reference_agrees_with_llama_cpp_where_recorded():
-    checked = [c for c in REFERENCE["cases"] if "llama_cpp_agrees" in c]
+    """Where llama.cpp was recorded, it agrees on every string whose bytes all have tokens. (On bytes
+    the vocabulary lacks it drops them after the merges, HF before; the fixture follows HF.)"""
+    checked = [c for c in REFERENCE["cases"] if "llama_cpp_agrees" in c and not c["drops_bytes"]]
     assert all(c["llama_cpp_agrees"] for c in checked), [c["text"] for c in checked if not c["llama_cpp_agrees"]]
 
 
