@@ -3,9 +3,9 @@
 Each run streams its text as it is generated; with SpS, tokens that were drafted and
 accepted are highlighted (green), tokens that came from the target (a correction or the
 bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per target
-call, the speedup measured over ArS with the same sampling settings, and the speedup
-Leviathan's model predicts from the measured alpha, the draft's cost c and the measured
-cost of scoring K + 1 tokens in one call.
+call, the time of one target call, the speedup measured over ArS with the same sampling
+settings, and the speedup Leviathan's model predicts from the measured alpha, the draft's
+cost c and the measured cost of scoring K + 1 tokens in one call (see `predict`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref import drafts, speedup
-from specref.bench import measure_costs
 from specref.model import load_smollm2
 from specref.sampling import Step, autoregressive_steps, speculative_steps
 from specref.warps import Warped
@@ -85,6 +84,7 @@ class Result:
     seconds: float  # wall time of the generation loop
     target_calls: int
     alpha: float  # estimated acceptance rate (nan for ArS)
+    target_ms_per_call: float  # measured cost of one target call (one token for ArS, K + 1 scored for SpS)
     draft_ms_per_call: float  # measured cost of one draft step
     speedup: float = float("nan")  # over ArS with the same warp, same run
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
@@ -131,6 +131,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
     steps.close()
     return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p, out, seconds,
                   target.calls, accepted / examined if examined else float("nan"),
+                  1000 * target.seconds / max(target.calls, 1),
                   1000 * draft.seconds / draft.calls if draft and draft.calls else 0.0)
 
 
@@ -150,30 +151,37 @@ class Printer:
         self.stream.flush()
 
 
-def predict(result: Result, costs: dict) -> float:
-    """Leviathan Thm 3.8 with the measured scoring cost: E[tokens](alpha, K) / (K c + score_cost)."""
+def predict(result: Result, base: Result) -> float:
+    """Leviathan Thm 3.8 with measured costs: E[tokens](alpha, K) / (K c + score_cost).
+
+    Costs are measured in the same runs, relative to one ArS target call (one decode step
+    with the same warp): c = one draft step, score_cost = one SpS target call scoring K + 1
+    tokens.  alpha is the run's estimate.  Not modelled: verify and the loop's own overhead.
+    """
     if result.method == "ArS":
         return 1.0
-    c = result.draft_ms_per_call / costs["decode_ms_per_token"]
-    score_cost = costs["score_ratio"][result.K]
+    c = result.draft_ms_per_call / base.target_ms_per_call
+    score_cost = result.target_ms_per_call / base.target_ms_per_call
     return float(speedup.walltime_improvement_measured(min(result.alpha, 1.0), result.K, c, score_cost))
 
 
 def table(results: list[Result]) -> str:
     head = f"{'method':6} {'draft':13} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
-           f"{'tok/call':>8} {'speedup':>8} {'predicted':>9}"
+           f"{'tok/call':>8} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
         rows.append(f"{r.method:6} {r.draft:13} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
-                    f"{r.ms_per_token:7.1f} {r.alpha:6.2f} {r.tokens_per_target_call:8.2f} {r.speedup:7.2f}x "
+                    f"{r.ms_per_token:7.1f} {r.alpha:6.2f} {r.tokens_per_target_call:8.2f} {r.target_ms_per_call:7.1f} "
+                    f"{r.speedup:7.2f}x "
                     f"{r.predicted:8.2f}x")
     return "\n".join(rows)
 
 
-def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, costs, eos=None,
+def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
                   printer=None, log=print) -> list[Result]:
     """ArS then SpS with each draft, for each (temperature, top_p) setting; fills speedup and predicted."""
     results = []
+    generate(model, prompt_ids, "ArS", "-", K, 0.0, None, 4, seed)  # warm-up: first calls are slower
     for temperature, top_p in settings:
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
         base = None
@@ -182,7 +190,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer)
             base = base or r
             r.speedup = base.ms_per_token / r.ms_per_token
-            r.predicted = predict(r, costs)
+            r.predicted = predict(r, base)
             log(f"\n[{len(r.tokens)} tokens, {r.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)
@@ -236,13 +244,9 @@ def run(args) -> int:
         [(args.temperature, None if args.temperature == 0 else args.top_p)]
     draft_names = ["prompt-lookup", "ngram"] if args.draft is None else \
         list(DRAFTS) if args.draft == "all" else [args.draft]
-    print("Measuring the cost of one decode step and of scoring K + 1 tokens ...", flush=True)
-    costs = measure_costs(model)
-    print(f"decode step {costs['decode_ms_per_token']:.1f} ms; scoring {args.K + 1} tokens in one call costs "
-          f"{costs['score_ratio'][args.K]:.2f} decode steps", flush=True)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,
-                            costs, eos=tok.eos_id, printer=Printer(tok, color))
+                            eos=tok.eos_id, printer=Printer(tok, color))
     print("\n\n" + table(results))
     print("\n".join(["", *verdicts(results)]))
     if color:
