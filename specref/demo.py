@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref import drafts, speedup
+from specref import speedup
+from specref.drafts import DRAFTS, by_name
 from specref.model import load_smollm2
-from specref.sampling import Step, autoregressive_steps, speculative_steps
+from specref.sampling import Step, Timed, autoregressive_steps, speculative_steps
 from specref.warps import Warped
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
@@ -42,35 +43,6 @@ DEFAULT_PROMPT = (
 )
 
 GREEN, RESET = "\x1b[42;30m", "\x1b[0m"
-DRAFTS = ("prompt-lookup", "ngram", "uniform")
-
-
-class Timed:
-    """Wraps a model and adds up the wall time of its calls (to measure c in the same run)."""
-
-    def __init__(self, model):
-        self.model, self.seconds, self.calls = model, 0.0, 0
-
-    def next_probs(self, tokens, k):  # [n] -> [k, V]
-        t = time.perf_counter()
-        out = self.model.next_probs(tokens, k)
-        self.seconds += time.perf_counter() - t
-        self.calls += 1
-        return out
-
-    def __call__(self, tokens):  # [n] -> [n, V]
-        return self.next_probs(tokens, len(tokens))
-
-
-def make_draft(name: str, prompt_ids: list[int], V: int):
-    """The draft models of the demo; the n-gram is a trigram fitted on the prompt's tokens."""
-    if name == "prompt-lookup":
-        return drafts.PromptLookupDraft(V, n=3)
-    if name == "ngram":
-        return drafts.NGramDraft.fit([prompt_ids], V, n=3)
-    if name == "uniform":
-        return drafts.UniformDraft(V)
-    raise ValueError(f"unknown draft {name!r}; expected one of {', '.join(DRAFTS)}")
 
 
 @dataclass
@@ -105,7 +77,8 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
     target = Timed(Warped(model, temperature, None, top_p))
     draft = None
     if method == "SpS":
-        draft = Timed(Warped(make_draft(draft_name, prompt_ids, V), temperature, None, top_p))
+        # the n-gram is a trigram fitted on the prompt's own tokens
+        draft = Timed(Warped(by_name(draft_name, V, lambda: [prompt_ids], ngram_order=3), temperature, None, top_p))
     rng = np.random.default_rng(seed)
     x = np.array(prompt_ids, dtype=np.int64)
     model.reset()
@@ -120,9 +93,8 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
         if eos is not None and eos in new:
             new = new[: new.index(eos) + 1]
         out += new
-        if step.n_drafted:
-            accepted += step.n_accepted
-            examined += step.n_accepted + (step.n_accepted < step.n_drafted)
+        accepted += step.n_accepted
+        examined += step.n_examined
         if on_step is not None:
             on_step(step, new)
         if eos is not None and new and new[-1] == eos:

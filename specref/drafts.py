@@ -9,7 +9,7 @@ in the sense of `specref.sampling`: `draft(tokens) -> [n, V]` plus `next_probs(t
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
@@ -22,6 +22,21 @@ def _check_tokens(tokens, V: int) -> np.ndarray:
     if tokens.min() < 0 or tokens.max() >= V:
         raise ValueError(f"token ids must be in [0, {V}), got min {tokens.min()} max {tokens.max()}")
     return tokens
+
+
+DRAFTS = ("prompt-lookup", "ngram", "uniform")
+
+
+def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
+            lookup_n: int = 3):
+    """The draft called `name` (one of DRAFTS); the n-gram is fitted on corpus(), asked for only when needed."""
+    if name == "prompt-lookup":
+        return PromptLookupDraft(V, n=lookup_n)
+    if name == "ngram":
+        return NGramDraft.fit(corpus(), V, n=ngram_order)
+    if name == "uniform":
+        return UniformDraft(V)
+    raise ValueError(f"unknown draft {name!r}; expected one of {', '.join(DRAFTS)}")
 
 
 class _RowModel:

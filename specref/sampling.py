@@ -31,6 +31,7 @@ N = T - t new tokens: the first N tokens of a longer sample have the law of N to
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
@@ -46,6 +47,26 @@ def next_distributions(model, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] 
     if out.ndim != 2 or out.shape[0] != k:
         raise ValueError(f"{model!r} returned shape {out.shape} for {len(tokens)} tokens; expected [{k}, V] rows")
     return out
+
+
+class Timed:
+    """A model that counts its calls and adds up the wall time spent in them (to measure c)."""
+
+    def __init__(self, model):
+        self.model, self.calls, self.seconds = model, 0, 0.0
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        start = time.perf_counter()
+        out = next_distributions(self.model, tokens, k)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.next_probs(tokens, len(tokens))
+
+    def __repr__(self) -> str:
+        return f"Timed({self.model!r})"
 
 
 def _check_inputs(x, N: int, K: int | None = None) -> np.ndarray:
@@ -68,6 +89,11 @@ class Step:
     n_accepted: int  # draft tokens accepted, before truncation to N
     draft_calls: int  # calls of the draft model
     target_calls: int  # calls of the target model
+
+    @property
+    def n_examined(self) -> int:
+        """Draft positions that met the accept test: the accepted ones plus the first rejected, if any."""
+        return self.n_accepted + (self.n_accepted < self.n_drafted)
 
 
 @dataclass
@@ -113,7 +139,7 @@ class Trace:
         a < K drafts examined a + 1 of them (the last was rejected), one that accepts all
         K examined K.  Under Leviathan's iid assumption this is the maximum-likelihood alpha.
         """
-        examined = sum(s.n_accepted + (s.n_accepted < s.n_drafted) for s in self.steps if s.n_drafted)
+        examined = sum(s.n_examined for s in self.steps)
         return self.n_accepted / examined if examined else float("nan")
 
     @property

@@ -10,7 +10,7 @@ import pytest
 
 from specref import humaneval as he
 from specref import weights
-from specref.drafts import NGramDraft
+from specref.drafts import NGramDraft, by_name
 from specref.tokenizer import Tokenizer
 
 QUICK = he.sandbox.Limits(seconds=5.0)
@@ -149,7 +149,7 @@ def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
         ars = he.generate(prompt, code_model, None, he.Method(None, 0, *he.GREEDY), 40, tokenizer,
                           np.random.default_rng(1))
         for draft in he.DRAFTS:
-            d = he.make_draft(draft, tokenizer.vocab_size, lambda: [tokenizer.encode(q.canonical_solution)
+            d = by_name(draft, tokenizer.vocab_size, lambda: [tokenizer.encode(q.canonical_solution)
                                                                    for q in problems if q is not p])
             sps = he.generate(prompt, code_model, d, he.Method(draft, 3, *he.GREEDY), 40, tokenizer,
                               np.random.default_rng(2))
