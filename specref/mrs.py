@@ -133,19 +133,8 @@ def _check_block(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return x_draft, p, q
 
 
-def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator,
-           lenience: float = 1.0) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n] with 1 <= n <= K+1
-    """Chen Alg. 2's accept/reject loop: the accepted prefix of x_draft plus one token from the target.
-
-    p[t] is the draft distribution x_draft[t] was drawn from; q[t] is the target's
-    distribution at the same position, q[K] the one after all K drafts.  The extra token
-    is a draw from the residual (q[t] - p[t])_+ after a rejection at t, or the bonus token
-    from q[K] when every draft is accepted.  `lenience` < 1 is the lossy variant of
-    Leviathan A.5; use `verify_lenient` to ask for it by name.
-    """
+def _verify(x_draft, p, q, rng, lenience: float) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n]
     x_draft, p, q = _check_block(x_draft, p, q)
-    if not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must be in (0, 1], got {lenience}")
     K = x_draft.shape[0]
     out = []
     for t in range(K):  # Alg. 2, "for t = 1 : K" (0-based here)
@@ -160,15 +149,29 @@ def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Gen
     return np.array(out, dtype=np.int64)
 
 
+def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
+           rng: np.random.Generator) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n], 1 <= n <= K+1
+    """Chen Alg. 2's accept/reject loop: the accepted prefix of x_draft plus one token from the target.
+
+    p[t] is the draft distribution x_draft[t] was drawn from; q[t] is the target's
+    distribution at the same position, q[K] the one after all K drafts.  The extra token
+    is a draw from the residual (q[t] - p[t])_+ after a rejection at t, or the bonus token
+    from q[K] when every draft is accepted.
+    """
+    return _verify(x_draft, p, q, rng, 1.0)
+
+
 def verify_lenient(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator,
                    lenience: float) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n]
     """LOSSY verify with Leviathan's lenience l in (0, 1] (A.5): accept iff u < q(x) / (l p(x)).
 
     The output is no longer distributed as q.  What still holds: no token is emitted with
     probability above q(x) / l at any position (rare target tokens stay rare).  l = 1 is
-    exact MRS.
+    exact MRS.  The residual after a rejection is the usual (q - p)_+.
     """
-    return verify(x_draft, p, q, rng, lenience=lenience)
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must be in (0, 1], got {lenience}")
+    return _verify(x_draft, p, q, rng, lenience)
 
 
 def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+1, V] -> [n]
