@@ -72,13 +72,18 @@ def scoring_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX) -> dict:
     return {n: 1e3 * float(np.median(v)) for n, v in times.items()}
 
 
+def _softmax_rows(rng: np.random.Generator, n: int, V: int) -> np.ndarray:  # -> [n, V] float64
+    z = rng.normal(0.0, 3.0, (n, V))  # logits with a spread like the model's
+    e = np.exp(z - z.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
 def verify_ms(V: int, K: int = 4, repeats: int = 51) -> float:
-    """Median ms of one specref.mrs.verify call on random distributions of size V."""
+    """Median ms of one specref.mrs.verify call on softmax distributions of size V (drafts drawn from p)."""
     rng = np.random.default_rng(0)
     times = []
     for _ in range(repeats):
-        p = rng.dirichlet(np.full(V, 0.1), size=K)             # [K, V]
-        q = rng.dirichlet(np.full(V, 0.1), size=K + 1)         # [K+1, V]
+        p, q = _softmax_rows(rng, K, V), _softmax_rows(rng, K + 1, V)  # [K, V], [K+1, V]
         x_draft = np.array([rng.choice(V, p=p[t]) for t in range(K)])
         t = time.perf_counter()
         verify(x_draft, p, q, rng)

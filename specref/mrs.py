@@ -62,12 +62,15 @@ def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float:  # [V], [V] -> scala
     return float(np.minimum(p, q).sum(axis=-1)) if p.ndim == 1 else np.minimum(p, q).sum(axis=-1)
 
 
+def _excess(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V] unnormalised, inputs checked
+    r = q - p
+    np.maximum(r, 0.0, out=r)  # Chen, MRS section: (q(x) - p(x))_+ before normalising
+    return r if r.sum() > 0.0 else q  # p == q (to float precision): nothing to resample; q (documented)
+
+
 def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V], inputs already checked
-    r = np.maximum(q - p, 0.0)  # Chen, MRS section: (q(x) - p(x))_+ before normalising
-    z = r.sum()
-    if z <= 0.0:  # p == q (to float precision): nothing to resample; return q (documented)
-        return q
-    return r / z
+    r = _excess(p, q)
+    return r / r.sum()
 
 
 def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
@@ -79,15 +82,38 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
     return _residual(p, q)
 
 
-def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] -> token id
-    """Draw one token from the distribution d with a single uniform from rng (inverse CDF)."""
-    # Inverse CDF with one uniform; searchsorted on the cumulative sum never returns a
-    # zero-probability token because zero-width intervals are skipped by side="right".
-    c = np.cumsum(d)
-    i = int(np.searchsorted(c, rng.random() * c[-1], side="right"))
-    if i >= len(d) or d[i] <= 0.0:  # u * c[-1] rounded up to c[-1]: take the last token with mass
-        i = int(np.flatnonzero(d)[-1])
+# Inverse-CDF sampling in two levels: a cumulative sum over 49152 entries is a slow,
+# sequential pass, so sum blocks of _BLOCK entries (a fast vectorised reduction), pick the
+# block by the cumulative sum of the block sums, then the token inside that block.  This is
+# exact: the two steps together are the inverse CDF.
+_BLOCK = 256
+
+
+def _invert(w: np.ndarray, target: float) -> int:  # [m] nonnegative weights, 0 <= target < sum -> index
+    # searchsorted on the cumulative sum with side="right" skips zero-width intervals, so a
+    # zero-weight entry is never returned; rounding past the end falls back to the last entry
+    # with weight.
+    i = int(np.searchsorted(np.cumsum(w), target, side="right"))
+    if i >= len(w) or w[i] <= 0.0:
+        i = int(np.flatnonzero(w)[-1])
     return i
+
+
+def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] nonnegative weights -> token id
+    """Draw one token with probability proportional to d (need not be normalised), one uniform from rng."""
+    u = rng.random()
+    V = d.shape[0]
+    if V <= 4 * _BLOCK:
+        return _invert(d, u * d.sum())
+    n_blocks = -(-V // _BLOCK)
+    padded = d if V == n_blocks * _BLOCK else np.concatenate([d, np.zeros(n_blocks * _BLOCK - V)])
+    blocks = padded.reshape(n_blocks, _BLOCK)  # [n_blocks, _BLOCK]
+    mass = blocks.sum(axis=1)  # [n_blocks]
+    c = np.cumsum(mass)
+    target = u * c[-1]
+    j = _invert(mass, target)  # the block (it has mass > 0)
+    below = c[j - 1] if j > 0 else 0.0
+    return j * _BLOCK + _invert(blocks[j], min(max(target - below, 0.0), mass[j]))
 
 
 def _check_token(x, V: int, name: str) -> int:
@@ -113,7 +139,7 @@ def mrs(x: int, p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple
     x = _check_token(x, p.shape[-1], "x")
     if _accept(x, p, q, rng.random()):
         return x, True
-    return sample(_residual(p, q), rng), False
+    return sample(_excess(p, q), rng), False  # sample() normalises
 
 
 def _check_block(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,7 +169,7 @@ def _verify(x_draft, p, q, rng, lenience: float) -> np.ndarray:  # [K], [K, V], 
         if _accept(x, p[t], q[t], u, lenience):  # Alg. 2, "if r < min(1, q/p)"
             out.append(x)  # "set x_{n+t} <- x~_t"
         else:  # "sample x_{n+t} ~ (q - p)_+ and exit for loop"
-            out.append(sample(_residual(p[t], q[t]), rng))
+            out.append(sample(_excess(p[t], q[t]), rng))  # sample() normalises
             return np.array(out, dtype=np.int64)
     out.append(sample(q[K], rng))  # Alg. 2, "if all tokens are accepted, sample extra token"
     return np.array(out, dtype=np.int64)

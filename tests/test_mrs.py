@@ -327,3 +327,38 @@ def test_seeded_runs_are_reproducible():
     a = stats.sample_verify(mrs.verify, p, q, 500, np.random.default_rng(5))
     b = stats.sample_verify(mrs.verify, p, q, 500, np.random.default_rng(5))
     assert a == b
+
+
+# ---------------------------------------------------------------- sampling from a large vocabulary
+
+def _block_structured(V=3000, seed=15):
+    rng = np.random.default_rng(seed)
+    d = np.zeros(V)
+    support = np.concatenate([[0, 255, 256, 511, 512, V - 1], rng.choice(V, 14, replace=False)])  # block edges
+    d[support] = rng.dirichlet(np.ones(len(support)))
+    return d
+
+
+def _sample_uniform_within_block(d, rng):
+    """Broken: picks the block right, then any token with mass in it uniformly."""
+    j = mrs.sample(d, rng) // mrs._BLOCK
+    block = np.flatnonzero(d[j * mrs._BLOCK:(j + 1) * mrs._BLOCK])
+    return j * mrs._BLOCK + int(rng.choice(block))
+
+
+@pytest.mark.parametrize("sampler, correct", [(mrs.sample, True), (_sample_uniform_within_block, False)])
+def test_two_level_sampling_of_a_large_vocabulary(sampler, correct):
+    d = _block_structured()
+    rng = np.random.default_rng(16)
+    counts = Counter((sampler(d, rng),) for _ in range(N_SAMPLES))
+    pvalue = stats.chi_square_gof(counts, {(i,): float(d[i]) for i in np.flatnonzero(d)})[2]
+    assert (pvalue > stats.LEVEL) == correct, pvalue
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1025, 5000), st.integers(0, 2**32 - 1), st.floats(0, 1, exclude_max=True))
+def test_sample_never_returns_a_zero_weight_token(V, seed, u):
+    rng = np.random.default_rng(seed)
+    d = np.where(rng.random(V) < 0.01, rng.random(V), 0.0)
+    d[rng.integers(V)] = 1e-300  # a tiny but positive weight
+    assert d[mrs.sample(d, FixedUniforms(u))] > 0
