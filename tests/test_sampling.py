@@ -139,3 +139,17 @@ def test_a_model_returning_the_wrong_shape_is_named():
     with pytest.raises(ValueError, match="expected \\[1, V\\]"):
         sampling.autoregressive_sampling(PROMPT, lambda t: np.ones((1, 3)) / 3 if len(t) < 0 else np.ones(3) / 3, 1,
                                          np.random.default_rng(0))
+
+
+def test_timed_generation_counts_and_stops():
+    greedy = Warp(0.0)
+    ars = sampling.timed_generation(PROMPT, TARGET, None, 0, greedy, 30, np.random.default_rng(0))
+    sps = sampling.timed_generation(PROMPT, TARGET, TARGET, 3, greedy, 30, np.random.default_rng(1))
+    assert ars.tokens == sps.tokens and len(ars.tokens) == 30  # greedy: identical, exactly N
+    assert ars.loops == 30 and ars.draft_calls == 0 and np.isnan(ars.alpha_hat)
+    assert sps.draft_calls == 3 * sps.loops and sps.loops == 8 and sps.n_accepted == sps.n_examined == 24  # all accepted
+    assert sps.seconds >= sps.target_seconds >= 0
+    seen = []
+    stopped = sampling.timed_generation(PROMPT, TARGET, DRAFT, 3, Warp(1.0), 30, np.random.default_rng(2),
+                                        stop=lambda new: len(new) >= 5, on_step=seen.append)
+    assert 5 <= len(stopped.tokens) <= 5 + 3 and len(seen) == stopped.loops
