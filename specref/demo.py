@@ -116,9 +116,8 @@ def predict(result: Result, base: Result) -> float:
     """
     if result.method == "ArS":
         return 1.0
-    c = result.draft_ms_per_call / base.target_ms_per_call
-    score_cost = result.target_ms_per_call / base.target_ms_per_call
-    return float(speedup.walltime_improvement_measured(min(result.alpha, 1.0), result.K, c, score_cost))
+    return float(speedup.predicted_from_timings(result.alpha, result.K, result.draft_ms_per_call,
+                                                result.target_ms_per_call, base.target_ms_per_call))
 
 
 def table(results: list[Result]) -> str:

@@ -313,7 +313,7 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         score_cost = (t["target_seconds"] / t["loops"]) / ars_call if t["loops"] else float("nan")
         predicted = 1.0
         if m.draft is not None:
-            predicted = (float(speedup.walltime_improvement_measured(min(alpha, 1 - 1e-12), m.K, c, score_cost))
+            predicted = (float(speedup.predicted_from_timings(alpha, m.K, c, score_cost, 1.0))
                          if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
         low, high = wilson_interval(t["passed"], t["n_problems"])
         rows.append({

@@ -82,6 +82,13 @@ def walltime_improvement_measured(alpha, gamma, c, score_cost):
     return expected_tokens(alpha, gamma) / (np.asarray(gamma) * np.asarray(c) + np.asarray(score_cost))
 
 
+def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
+    """walltime_improvement_measured with costs read off one measured run: c = draft_call /
+    base_call and score_cost = target_call / base_call, where base_call is the time of one
+    decode step (a target call of standard decoding with the same warp), any time unit."""
+    return walltime_improvement_measured(min(alpha, 1.0), gamma, draft_call / base_call, target_call / base_call)
+
+
 def lenient_alpha(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
     """Leviathan A.5, alpha with lenience l in (0, 1], in Chen's letters (p = draft, q = target):
     sum_x min(p(x), q(x) / l).  Leviathan writes sum_x min(p(x) / l, q(x)) with the letters swapped."""

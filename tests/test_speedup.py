@@ -76,6 +76,13 @@ def test_measured_scoring_cost_lowers_the_prediction():
     assert cpu == pytest.approx(ideal / 2.2)
 
 
+def test_prediction_from_timings_is_thm_3_8_with_measured_costs():
+    # draft step 0.5 ms, SpS call 12 ms, decode step 10 ms: c = 0.05, score_cost = 1.2
+    assert speedup.predicted_from_timings(0.6, 4, 0.5, 12.0, 10.0) == pytest.approx(
+        speedup.expected_tokens(0.6, 4) / (4 * 0.05 + 1.2))
+    assert speedup.predicted_from_timings(1.0000001, 2, 0.0, 10.0, 10.0) == pytest.approx(3.0)  # alpha capped at 1
+
+
 def test_lenient_alpha():
     p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.30, 0.45, 0.10, 0.15])
     assert speedup.lenient_alpha(p, q, 1.0) == pytest.approx(mrs.acceptance_rate(p, q))
