@@ -3,7 +3,7 @@
 import os
 
 # One BLAS thread: the model's small products never use threads, and on a shared 2-core
-# machine OpenBLAS's spinning worker threads made prefill 3x slower (see specref.model).
+# machine OpenBLAS's spinning worker threads made prefill 3x slower (see specref.smollm2.model).
 # It must be set before NumPy is imported; an explicit setting in the environment wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -13,10 +13,10 @@ import sys  # noqa: E402
 
 # subcommand -> module that provides add_arguments(parser) and run(args) -> int
 COMMANDS = {
-    "demo": ("specref.demo", "ArS vs SpS on SmolLM2-135M, streamed with accepted drafts highlighted"),
-    "bench": ("specref.bench", "measure decode, scoring and verify costs; write JSON"),
-    "humaneval": ("specref.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
-    "figures": ("specref.figures", "regenerate every figure in figures/ as PNG (--quick for small sizes)"),
+    "demo": ("specref.apps.demo", "ArS vs SpS on SmolLM2-135M, streamed with accepted drafts highlighted"),
+    "bench": ("specref.apps.bench", "measure decode, scoring and verify costs; write JSON"),
+    "humaneval": ("specref.apps.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
+    "figures": ("specref.apps.figures", "regenerate every figure in figures/ as PNG (--quick for small sizes)"),
 }
 
 

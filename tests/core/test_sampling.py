@@ -2,14 +2,15 @@
 
 The target is a Markov chain whose next token depends on the previous two, so every
 sequence of N tokens can be enumerated and its exact probability computed; SpS samples
-are compared with that law by chi-square at level specref.stats.LEVEL (1e-3), fixed seeds.
+are compared with that law by chi-square at level specref.proof.stats.LEVEL (1e-3), fixed seeds.
 Negative controls: the same test must reject SpS run with the broken verifiers.
 """
 
 import numpy as np
 import pytest
 
-from specref import broken, drafts, mrs, sampling, stats
+from specref.proof import broken, stats
+from specref import drafts, mrs, sampling
 from specref.warps import Warp, Warped
 
 V, N = 3, 5

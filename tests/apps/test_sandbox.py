@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from specref import sandbox
-from specref.sandbox import Limits, run_program
+from specref.apps import sandbox
+from specref.apps.sandbox import Limits, run_program
 
 FAST = Limits(seconds=5.0)
 namespaces_only = pytest.mark.skipif(

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT = 600  # seconds per cell; quick mode keeps every cell far below this
 EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model"]

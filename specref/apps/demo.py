@@ -20,7 +20,7 @@ import numpy as np
 
 from specref import speedup
 from specref.drafts import DRAFTS, by_name
-from specref.model import load_smollm2
+from specref.smollm2.model import load_smollm2
 from specref.sampling import Step, timed_generation
 from specref.warps import Warp
 

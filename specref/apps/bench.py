@@ -1,14 +1,14 @@
 """`python -m specref bench --json PATH`: the costs that decide whether speculative sampling pays.
 
-Measured in one run (see `specref.costs` for what each quantity is): decode_ms_per_token,
+Measured in one run (see `specref.apps.costs` for what each quantity is): decode_ms_per_token,
 weights_stream_ms, score_ratio (K -> scoring K + 1 tokens / one decode step), mrs_ms, and the
-demo's workloads (`specref.demo`) with their measured and predicted speedups and peak memory.
+demo's workloads (`specref.apps.demo`) with their measured and predicted speedups and peak memory.
 Targets (issue 3): decode <= 1.3 x the stream floor, score_ratio[4] <= 1.5, verify < 2% of a
 decode step.  The machine may be shared, so only ratios measured in the same run mean much.
 
 OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported.  Unless told otherwise
 (`--blas-threads 0`), the benchmark reruns itself in a fresh interpreter with
-OPENBLAS_NUM_THREADS=1 when that is not already the setting (specref.model explains why 1).
+OPENBLAS_NUM_THREADS=1 when that is not already the setting (specref.smollm2.model explains why 1).
 """
 
 import argparse
@@ -18,9 +18,9 @@ import resource
 import subprocess
 import sys
 
-from specref import demo
-from specref.costs import TARGETS, measure_costs
-from specref.model import load_smollm2
+from specref.apps import demo
+from specref.apps.costs import TARGETS, measure_costs
+from specref.smollm2.model import load_smollm2
 
 def format_table(costs: dict) -> str:
     """The measured costs as a readable table, each ratio beside its target."""

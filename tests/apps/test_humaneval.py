@@ -8,10 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from specref import humaneval as he
-from specref import weights
+from specref.apps import humaneval as he
+from specref.smollm2 import weights
 from specref.drafts import NGramDraft, by_name
-from specref.tokenizer import Tokenizer
+from specref.smollm2.tokenizer import Tokenizer
 
 QUICK = he.sandbox.Limits(seconds=5.0)
 

@@ -2,7 +2,7 @@
 
 The reference ids in tests/fixtures/tokenizer_reference.json were recorded by tools/record_reference.py
 from Hugging Face `tokenizers` configured as SmolLM2's own tokenizer.json (and checked against llama.cpp).
-The GGUF comes from the cache (`specref.weights.gguf_path()`): no network once it is cached.
+The GGUF comes from the cache (`specref.smollm2.weights.gguf_path()`): no network once it is cached.
 """
 
 import hashlib
@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specref import weights
-from specref.tokenizer import (GPT2_PATTERN, Tokenizer, bpe_merge, bytes_to_unicode, pre_tokenize)
+from specref.smollm2 import weights
+from specref.smollm2.tokenizer import (GPT2_PATTERN, Tokenizer, bpe_merge, bytes_to_unicode, pre_tokenize)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REFERENCE = json.loads((FIXTURES / "tokenizer_reference.json").read_text(encoding="utf-8"))

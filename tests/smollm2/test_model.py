@@ -1,4 +1,4 @@
-"""specref.model and specref.weights: the NumPy SmolLM2, its KV cache, and its errors.
+"""specref.smollm2.model and specref.smollm2.weights: the NumPy SmolLM2, its KV cache, and its errors.
 
 The real-model tests use the session fixture `smollm2` (tests/conftest.py).  Tolerances: the
 cache tests compare float32 logits of the same computation done in different row groupings, so
@@ -11,8 +11,8 @@ import shutil
 import numpy as np
 import pytest
 
-from specref.model import KVCache, linear, rms_norm, rope, rope_rotations, softmax
-from specref.weights import PANEL, WeightsError, from_panels, gguf_path, load_weights, to_panels
+from specref.smollm2.model import KVCache, linear, rms_norm, rope, rope_rotations, softmax
+from specref.smollm2.weights import PANEL, WeightsError, from_panels, gguf_path, load_weights, to_panels
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
