@@ -6,9 +6,8 @@ demo's workloads (`specref.apps.demo`) with their measured and predicted speedup
 Targets (issue 3): decode <= 1.3 x the stream floor, score_ratio[4] <= 1.5, verify < 2% of a
 decode step.  The machine may be shared, so only ratios measured in the same run mean much.
 
-OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported.  Unless told otherwise
-(`--blas-threads 0`), the benchmark reruns itself in a fresh interpreter with
-OPENBLAS_NUM_THREADS=1 when that is not already the setting (specref.smollm2.model explains why 1).
+BLAS threads: OPENBLAS_NUM_THREADS as `specref.__main__` sets it before NumPy is imported (1
+unless the environment says otherwise); `--blas-threads N` makes it N.  The JSON records it.
 """
 
 import argparse
@@ -18,7 +17,7 @@ import resource
 import subprocess
 import sys
 
-from specref.apps import demo
+from specref.apps import demo, options
 from specref.apps.costs import TARGETS, measure_costs
 from specref.smollm2.model import load_smollm2
 
@@ -73,13 +72,21 @@ def format_workload_checks(costs: dict) -> str:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", metavar="PATH", help="write the measurements to this JSON file")
-    parser.add_argument("--repeats", type=int, default=9, help="timed repeats per quantity (median taken)")
-    parser.add_argument("--cache-dir", default=None, help="weights cache (default $SPECREF_CACHE or ~/.cache/specref)")
-    parser.add_argument("--K", type=int, default=4, help="draft tokens per loop in the workloads (default 4)")
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens per workload run (default 96)")
-    parser.add_argument("--blas-threads", type=int, default=1,
-                        help="OpenBLAS threads to measure with; 0 keeps the current setting (default 1)")
+    """The benchmark's options, each checked as it is read (`specref.apps.options`), before the model loads."""
+    parser.add_argument("--json", metavar="PATH", type=options.output_file(), default=None,
+                        help="write the measurements to this JSON file (its directory must exist)")
+    parser.add_argument("--repeats", type=options.integer(1), default=9,
+                        help="timed repeats per quantity, >= 1 (median taken; default 9)")
+    parser.add_argument("--cache-dir", type=options.directory, default=None,
+                        help="weights cache (default $SPECREF_CACHE or ~/.cache/specref)")
+    parser.add_argument("--K", type=options.K, default=4,
+                        help=f"draft tokens per loop in the workloads, 1 to {options.MAX_K} (default 4)")
+    parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
+                        help=f"tokens per workload run, 1 to {options.CONTEXT_LENGTH - 1} (default 96)")
+    # read by specref.__main__ before NumPy is imported: it sets OPENBLAS_NUM_THREADS, the one mechanism
+    parser.add_argument("--blas-threads", metavar="N", type=options.integer(0), default=0,
+                        help="OpenBLAS threads to measure with (sets OPENBLAS_NUM_THREADS before NumPy is "
+                             "imported); 0 keeps the environment's setting, 1 unless set (default 0)")
 
 
 def _rerun_with_threads(args) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref import speedup
+from specref.apps import options
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.model import load_smollm2
 from specref.sampling import Step, timed_generation
@@ -166,17 +167,22 @@ def verdicts(results: list[Result]) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="user message (sent with the chat template)")
-    parser.add_argument("--K", type=int, default=4, help="draft tokens per target call (default 4)")
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="sampling temperature; 0 = greedy (default: run greedy and 0.8)")
-    parser.add_argument("--top-p", type=float, default=0.95, help="nucleus mass for sampled runs (default 0.95)")
-    parser.add_argument("--draft", choices=DRAFTS + ("all",), default=None,
+    """The demo's options, each checked as it is read (`specref.apps.options`), before the model loads."""
+    parser.add_argument("--prompt", type=options.text, default=DEFAULT_PROMPT,
+                        help="user message (sent with the chat template)")
+    parser.add_argument("--K", type=options.K, default=4,
+                        help=f"draft tokens per target call, 1 to {options.MAX_K} (default 4)")
+    parser.add_argument("--temperature", type=options.TEMPERATURE, default=None,
+                        help="sampling temperature >= 0; 0 = greedy (default: run greedy and 0.8)")
+    parser.add_argument("--top-p", type=options.TOP_P, default=0.95,
+                        help="nucleus mass in (0, 1] for sampled runs (default 0.95)")
+    parser.add_argument("--draft", choices=options.known_drafts() + ("all",), default=None,
                         help="draft model (default: prompt-lookup and ngram)")
-    parser.add_argument("--max-new-tokens", type=int, default=96, help="tokens to generate per run (default 96)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--cache-dir", default=None, help="where the weights are cached (default $SPECREF_CACHE "
-                        "or ~/.cache/specref)")
+    parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
+                        help=f"tokens to generate per run, 1 to {options.CONTEXT_LENGTH - 1} (default 96)")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
+    parser.add_argument("--cache-dir", type=options.directory, default=None,
+                        help="where the weights are cached (default $SPECREF_CACHE or ~/.cache/specref)")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="highlight accepted draft tokens (default: when writing to a terminal)")
 

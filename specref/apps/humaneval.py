@@ -59,7 +59,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from specref.smollm2 import load_smollm2
-from specref.apps import sandbox
+from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
@@ -508,50 +508,39 @@ class Benchmark:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--limit", type=int, default=None, help="only the first N problems (default: all 164)")
-    parser.add_argument("--K", type=int, default=4, help="draft tokens per SpS loop (default 4, as in Chen Table 1)")
-    parser.add_argument("--drafts", default=",".join(DRAFTS),
-                        help=f"comma-separated drafts for SpS (default {','.join(DRAFTS)})")
-    parser.add_argument("--max-new-tokens", type=int, default=128, help="token budget per completion (default 128)")
-    parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--json", default=None,
+    """HumanEval's options, each checked as it is read (`specref.apps.options`), before anything is loaded."""
+    drafts = ",".join(options.known_drafts())
+    parser.add_argument("--limit", type=options.integer(1, 164), default=None,
+                        help="only the first N problems, 1 to 164 (default: all 164)")
+    parser.add_argument("--K", type=options.K, default=4,
+                        help=f"draft tokens per SpS loop, 1 to {options.MAX_K} (default 4, as in Chen Table 1)")
+    parser.add_argument("--drafts", type=options.draft_list, default=drafts, metavar="D1,D2,...",
+                        help=f"comma-separated drafts for SpS, a subset of {drafts} (default all)")
+    parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=128,
+                        help=f"token budget per completion, 1 to {options.CONTEXT_LENGTH - 1} (default 128)")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
+    parser.add_argument("--json", type=options.output_file(parents=True, suffix_not=".jsonl"), default=None,
                         help="write the results here; per-problem results go to the .jsonl beside it, "
                              "and a rerun with the same settings resumes from them")
-    parser.add_argument("--k-sweep", default=None, metavar="K1,K2,...",
+    parser.add_argument("--k-sweep", type=options.K_list, default=None, metavar="K1,K2,...",
                         help="instead of the table, run Chen Figure 1's sweep over these K (nucleus sampling, "
                              "exactly --max-new-tokens tokens per problem, no stop sequences, no tests)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="seconds allowed to run one problem's tests")
+    parser.add_argument("--timeout", type=options.real(0.0, low_open=True), default=10.0,
+                        help="seconds allowed to run one problem's tests, > 0 (default 10)")
     parser.add_argument("--no-bench-costs", action="store_true",
                         help="skip measuring the model's scoring cost per K before the run "
                              "(then rows have no predicted_speedup_bench)")
-    parser.add_argument("--cache-dir", default=None, help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
-
-
-def parse_int_list(text: str, name: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{name} must be comma-separated integers like 1,2,4, got {text!r}") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{name} must list integers >= 1, got {text!r}")
-    return values
+    parser.add_argument("--cache-dir", type=options.directory, default=None,
+                        help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
 
 
 def check_args(args) -> tuple[list[str], list[int] | None]:
-    """Validate the options before anything slow happens; return the drafts and the sweep's K values."""
-    drafts = [d.strip() for d in args.drafts.split(",") if d.strip()]
-    unknown = [d for d in drafts if d not in DRAFTS]
-    if unknown:
-        raise ValueError(f"unknown draft(s) {unknown}; expected a comma-separated subset of {','.join(DRAFTS)}")
-    if args.K < 1:
-        raise ValueError(f"--K must be >= 1, got {args.K}")
-    if args.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
-    if args.limit is not None and args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
-    if args.timeout <= 0:
-        raise ValueError(f"--timeout must be > 0 seconds, got {args.timeout}")
-    return drafts, (parse_int_list(args.k_sweep, "--k-sweep") if args.k_sweep else None)
+    """The drafts and the sweep's K values (None: no sweep); ValueError naming a bad option.
+
+    A parsed command line was checked as it was read; options set by other code are checked
+    here by the same types (`specref.apps.options.checked`)."""
+    args = options.checked(add_arguments, args)
+    return args.drafts, args.k_sweep
 
 
 def run(args, model=None) -> int:
