@@ -1,6 +1,7 @@
 """Modified rejection sampling (MRS): turn draft tokens into exact target samples.
 
-This file stands alone (NumPy only) so it can be copied into other code.
+This file stands alone (NumPy and the standard library only) so it can be copied into
+other code; the test vectors in specref/proof/mrs_vectors.json check a copy.
 
 Letters follow Chen et al. 2023, "Accelerating Large Language Model Decoding with
 Speculative Sampling": p is the DRAFT distribution, q is the TARGET distribution, K is
@@ -14,12 +15,46 @@ Theorem 1 (Chen) / A.1 (Leviathan): the result is distributed exactly as q, beca
 P(X = x) = min(p(x), q(x)) + (1 - alpha) * residual(x) = q(x) with
 alpha = sum_x min(p(x), q(x)).
 
+Chen's Algorithm 2, the lines `verify` implements, numbered as in specref/sampling.py (the
+paper prints no numbers: line 1 is "Given lookahead K ...", line 8 the target's K + 1 sets
+of logits).  Chen's t runs 1..K, ours 0..K-1: Chen's x~_t is x_draft[t-1], his
+p(x | x_1..x_{n+t-1}) is p[t-1], and the target after all K drafts is q[K].
+     9      for t = 1 : K do
+    10          Sample r ~ U[0, 1]
+    11          if r < min(1, q(x~_t | ...) / p(x~_t | ...)) then set x_{n+t} <- x~_t, n <- n + 1
+    12          else sample x_{n+t} ~ (q - p)_+ and exit the for loop
+    13      end for
+    14      If all K were accepted, sample x_{n+K+1} ~ q(x | x_1..x_n, x~_1..x~_K), n <- n + 1
+
+Randomness.  `rng` is anything whose random() returns a float u in [0, 1), such as
+np.random.default_rng(seed); nothing else of it is used.  verify draws, in this order:
+    for t = 0, 1, ..., K-1:
+        one rng.random() = u for the accept test of x = x_draft[t]: accept iff u < q[t, x] / p[t, x];
+        on rejection, one rng.random() for sample(max(0, q[t] - p[t])) (q[t] if that is all
+        zero), which is the residual draw, and stop;
+    if all K were accepted, one rng.random() for sample(q[K]), the bonus token.
+A rejection at position t therefore uses t + 2 uniforms, accepting all K uses K + 1.
+verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); mrs is one step
+of verify (one uniform, plus one for the residual on rejection); verify_greedy draws none.
+
+sample(d, rng) maps its one uniform u to the token of the inverse CDF of d / S, S = sum(d):
+the smallest i with u * S < d[0] + ... + d[i].  A token with d[i] = 0 is never returned.
+For V <= 1024 it computes exactly that with one cumulative sum (S by np.sum).  For
+V > 1024 it works in two levels, because a cumulative sum over 49152 entries is slow: pad
+d with zeros to a multiple of 256, let M[j] be the sum of block j (d[256 j : 256 (j+1)]),
+S = M[0] + ... + M[-1] and target = u * S; take the smallest block j with
+target < M[0] + ... + M[j], then inside block j the smallest i with
+target - (M[0] + ... + M[j-1]) < d[256 j] + ... + d[256 j + i]; the token is 256 j + i.
+In exact arithmetic both give the same token; in float64 the sums round differently, so
+they can differ only when u lies within about V * 1e-16 of a step (d[0] + ... + d[i]) / S.  If rounding puts the target at
+or past the total, the last token with d > 0 is returned.
+
 Numerical choices, made on purpose:
-- accept iff u < q(x) / p(x) with u ~ U[0, 1): the strict `<` means a token with
+- accept iff u < q(x) / p(x) with u in [0, 1): the strict `<` means a token with
   q(x) = 0 is never accepted, even if u = 0 is drawn;
 - p(x) = 0 for a drafted token is an error (it could not have been drawn from p);
-- when p == q the residual is all zeros (0 / 0): it is never needed (acceptance is
-  certain), and `residual` returns q instead of NaN;
+- when p == q the residual max(0, q - p) is all zeros (0 / 0 after normalising): it is
+  never needed (acceptance is certain), and `residual` returns q instead of NaN;
 - every computation is in float64; inputs must be valid distributions up to TOL.
 """
 
@@ -31,9 +66,18 @@ import numpy as np
 # 49152-token vocabulary is off by about 1e-6; anything beyond 1e-4 is a bug upstream).
 TOL = 1e-4
 
+# sample() works in blocks of this many tokens when V > 4 * _BLOCK.
+_BLOCK = 256
+
+
+# ---------------------------------------------------------------- input checks
 
 def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.ndarray:  # [..., V] -> float64 [..., V]
-    """Return `d` as float64 after checking that each row is a probability distribution."""
+    """Return `d` as float64 after checking that each row along the last axis is a probability distribution.
+
+    Requires nothing; raises ValueError naming `name` if d is not finite, has a negative
+    entry, a row not summing to 1 within TOL, an empty last axis, or a last axis other than V.
+    """
     d = np.asarray(d, dtype=np.float64)
     if d.ndim == 0 or d.shape[-1] == 0:
         raise ValueError(f"{name} must be an array of probabilities with a last axis of size V >= 1, got shape {d.shape}")
@@ -52,68 +96,13 @@ def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.nda
     return d
 
 
-def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float:  # [V], [V] -> scalar (or [..., V] -> [...])
-    """alpha = sum_x min(p(x), q(x)) = 1 - total variation distance (Leviathan Def. 3.1, Thm 3.5).
-
-    For stacked rows [..., V] it returns one alpha per row.
-    """
+def _check_pair(p, q, function: str, hint: str = "") -> tuple[np.ndarray, np.ndarray]:  # [V], [V] -> float64 [V], [V]
     p = check_distribution(p, "p (draft)")
     q = check_distribution(q, "q (target)", p.shape[-1])
-    return float(np.minimum(p, q).sum(axis=-1)) if p.ndim == 1 else np.minimum(p, q).sum(axis=-1)
-
-
-def _excess(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V] unnormalised, inputs checked
-    r = q - p
-    np.maximum(r, 0.0, out=r)  # Chen, MRS section: (q(x) - p(x))_+ before normalising
-    return r if r.sum() > 0.0 else q  # p == q (to float precision): nothing to resample; q (documented)
-
-
-def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V], inputs already checked
-    r = _excess(p, q)
-    return r / r.sum()
-
-
-def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
-    """norm(max(0, q - p)), the distribution sampled after a rejection; q itself when p == q."""
-    p = check_distribution(p, "p (draft)")
-    q = check_distribution(q, "q (target)", p.shape[-1])
-    if p.ndim != 1:
-        raise ValueError(f"residual takes one pair of distributions [V], got shape {p.shape}")
-    return _residual(p, q)
-
-
-# Inverse-CDF sampling in two levels: a cumulative sum over 49152 entries is a slow,
-# sequential pass, so sum blocks of _BLOCK entries (a fast vectorised reduction), pick the
-# block by the cumulative sum of the block sums, then the token inside that block.  This is
-# exact: the two steps together are the inverse CDF.
-_BLOCK = 256
-
-
-def _invert(w: np.ndarray, target: float) -> int:  # [m] nonnegative weights, 0 <= target < sum -> index
-    # searchsorted on the cumulative sum with side="right" skips zero-width intervals, so a
-    # zero-weight entry is never returned; rounding past the end falls back to the last entry
-    # with weight.
-    i = int(np.searchsorted(np.cumsum(w), target, side="right"))
-    if i >= len(w) or w[i] <= 0.0:
-        i = int(np.flatnonzero(w)[-1])
-    return i
-
-
-def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] nonnegative weights -> token id
-    """Draw one token with probability proportional to d (need not be normalised), one uniform from rng."""
-    u = rng.random()
-    V = d.shape[0]
-    if V <= 4 * _BLOCK:
-        return _invert(d, u * d.sum())
-    n_blocks = -(-V // _BLOCK)
-    padded = d if V == n_blocks * _BLOCK else np.concatenate([d, np.zeros(n_blocks * _BLOCK - V)])
-    blocks = padded.reshape(n_blocks, _BLOCK)  # [n_blocks, _BLOCK]
-    mass = blocks.sum(axis=1)  # [n_blocks]
-    c = np.cumsum(mass)
-    target = u * c[-1]
-    j = _invert(mass, target)  # the block (it has mass > 0)
-    below = c[j - 1] if j > 0 else 0.0
-    return j * _BLOCK + _invert(blocks[j], min(max(target - below, 0.0), mass[j]))
+    if p.ndim != 1 or q.ndim != 1:
+        raise ValueError(f"{function} expects a single pair of distributions p [V], q [V], "
+                         f"got shapes {p.shape} and {q.shape}{hint}")
+    return p, q
 
 
 def _check_token(x, V: int, name: str) -> int:
@@ -122,27 +111,18 @@ def _check_token(x, V: int, name: str) -> int:
     return int(x)
 
 
-def _accept(x: int, p: np.ndarray, q: np.ndarray, u: float, lenience: float = 1.0) -> bool:
-    # Chen Alg. 2, line "if r < min(1, q(x)/p(x))"; with lenience l (Leviathan A.5) the
-    # draft's probability is scaled by l first: accept iff u < q(x) / (l * p(x)).
-    if p[x] <= 0.0:
-        raise ValueError(f"draft token {x} has p(x) = 0 under the draft distribution: it cannot have been drawn from p")
-    return u < q[x] / (lenience * p[x])
+def _check_drafted(x: int, p_x: float, t: int = 0) -> None:
+    if not p_x > 0.0:
+        raise ValueError(f"draft token {x} at position {t} has p(x) = 0 under the draft distribution: "
+                         "it cannot have been drawn from p")
 
 
-def mrs(x: int, p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:  # id, [V], [V]
-    """One draft token x ~ p in, one token ~ q out, and whether x was accepted (Chen, Theorem 1)."""
-    p = check_distribution(p, "p (draft)")
-    q = check_distribution(q, "q (target)", p.shape[-1])
-    if p.ndim != 1:
-        raise ValueError(f"mrs takes one pair of distributions [V], got shape {p.shape}; use verify for K tokens")
-    x = _check_token(x, p.shape[-1], "x")
-    if _accept(x, p, q, rng.random()):
-        return x, True
-    return sample(_excess(p, q), rng), False  # sample() normalises
+def _check_lenience(lenience: float) -> None:
+    if not 0.0 < lenience <= 1.0:
+        raise ValueError(f"lenience must be in (0, 1], got {lenience}")
 
 
-def _check_block(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _check_verify_inputs(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # [K], [K, V], [K+1, V]
     x_draft = np.asarray(x_draft)
     if x_draft.ndim != 1 or x_draft.size < 1 or not np.issubdtype(x_draft.dtype, np.integer):
         raise ValueError(f"x_draft must be a 1-D integer array of K >= 1 draft tokens, got shape {x_draft.shape} dtype {x_draft.dtype}")
@@ -156,56 +136,177 @@ def _check_block(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError(f"q must have shape [K + 1, V] = [{K + 1}, {V}] (target after 0..K draft tokens), got {q.shape}")
     if np.any((x_draft < 0) | (x_draft >= V)):
         raise ValueError(f"x_draft has token ids outside [0, {V}): {x_draft.tolist()}")
+    for t, x in enumerate(x_draft.tolist()):
+        _check_drafted(x, p[t, x], t)
     return x_draft, p, q
 
 
-def _verify(x_draft, p, q, rng, lenience: float) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n]
-    x_draft, p, q = _check_block(x_draft, p, q)
-    K = x_draft.shape[0]
-    out = []
-    for t in range(K):  # Alg. 2, "for t = 1 : K" (0-based here)
-        x = int(x_draft[t])
-        u = rng.random()  # Alg. 2, "Sample r ~ U[0, 1]": one fresh draw per position
-        if _accept(x, p[t], q[t], u, lenience):  # Alg. 2, "if r < min(1, q/p)"
-            out.append(x)  # "set x_{n+t} <- x~_t"
-        else:  # "sample x_{n+t} ~ (q - p)_+ and exit for loop"
-            out.append(sample(_excess(p[t], q[t]), rng))  # sample() normalises
-            return np.array(out, dtype=np.int64)
-    out.append(sample(q[K], rng))  # Alg. 2, "if all tokens are accepted, sample extra token"
-    return np.array(out, dtype=np.int64)
+# ---------------------------------------------------------------- the laws
+
+def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float | np.ndarray:  # [V], [V] -> scalar (or [..., V] -> [...])
+    """alpha = sum_x min(p(x), q(x)) = 1 - total variation distance (Leviathan Def. 3.1, Thm 3.5).
+
+    Requires: p and q distributions of the same shape [V] or stacked [..., V] (one alpha per row).
+    """
+    p = check_distribution(p, "p (draft)")
+    q = check_distribution(q, "q (target)", p.shape[-1])
+    return float(np.minimum(p, q).sum(axis=-1)) if p.ndim == 1 else np.minimum(p, q).sum(axis=-1)
+
+
+def _excess(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V] unnormalised, inputs checked
+    r = q - p
+    np.maximum(r, 0.0, out=r)  # Alg. 2, line 12: (q(x) - p(x))_+, before normalising
+    return r if r.sum() > 0.0 else q  # p == q (to float precision): nothing to resample; q (documented)
+
+
+def _residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V], inputs already checked
+    r = _excess(p, q)
+    return r / r.sum()
+
+
+def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
+    """norm(max(0, q - p)), the distribution sampled after a rejection; q itself when p == q.
+
+    Requires: p and q distributions [V] (a single pair).
+    """
+    p, q = _check_pair(p, q, "residual")
+    return _residual(p, q)
+
+
+def output_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
+    """Exact law of mrs's output: min(p, q) + (1 - alpha) * residual (Theorem 1's two terms), which equals q.
+
+    Requires: p and q distributions [V] (a single pair).
+    """
+    p, q = _check_pair(p, q, "output_law")
+    alpha = np.minimum(p, q).sum()
+    return np.minimum(p, q) + (1.0 - alpha) * _residual(p, q)
+
+
+def lenient_acceptance_rate(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
+    """Leviathan A.5's alpha with lenience l in Chen's letters: alpha_l = sum_x min(p(x), q(x) / l).
+
+    Requires: p and q distributions [V] (a single pair); 0 < l <= 1.  Leviathan writes
+    sum_x min(p(x) / l, q(x)) with the letters swapped.
+    """
+    p, q = _check_pair(p, q, "lenient_acceptance_rate")
+    _check_lenience(lenience)
+    return float(np.minimum(p, q / lenience).sum())
+
+
+# ---------------------------------------------------------------- drawing one token
+
+def _invert(w: np.ndarray, target: float) -> int:  # [m] nonnegative weights, 0 <= target < sum -> index
+    # searchsorted on the cumulative sum with side="right" gives the smallest i with
+    # target < w[0] + ... + w[i]; it skips zero-width intervals, so a zero-weight entry is
+    # never returned.  Rounding past the end falls back to the last entry with weight.
+    i = int(np.searchsorted(np.cumsum(w), target, side="right"))
+    if i >= len(w) or w[i] <= 0.0:
+        i = int(np.flatnonzero(w)[-1])
+    return i
+
+
+def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] nonnegative weights -> token id
+    """Draw one token with probability d[i] / sum(d) by the inverse CDF of one rng.random() (see the module docstring).
+
+    Requires: d [V] finite and nonnegative (not re-checked here, for speed: callers pass checked
+    distributions or their residuals) with sum(d) > 0; d need not be normalised.
+    """
+    if d.ndim != 1:
+        raise ValueError(f"sample draws from one vector of weights [V], got shape {d.shape}")
+    u = rng.random()
+    V = d.shape[0]
+    if V <= 4 * _BLOCK:
+        total = d.sum()
+        if not total > 0.0:
+            raise ValueError(f"sample needs weights with a positive sum, got sum {total}")
+        return _invert(d, u * total)
+    n_blocks = -(-V // _BLOCK)
+    padded = d if V == n_blocks * _BLOCK else np.concatenate([d, np.zeros(n_blocks * _BLOCK - V)])
+    blocks = padded.reshape(n_blocks, _BLOCK)  # [n_blocks, _BLOCK]
+    mass = blocks.sum(axis=1)  # [n_blocks] M[j]
+    c = np.cumsum(mass)  # [n_blocks] M[0] + ... + M[j]
+    if not c[-1] > 0.0:
+        raise ValueError(f"sample needs weights with a positive sum, got sum {c[-1]}")
+    target = u * c[-1]
+    j = _invert(mass, target)  # the block (it has mass > 0)
+    below = c[j - 1] if j > 0 else 0.0
+    return j * _BLOCK + _invert(blocks[j], min(max(target - below, 0.0), mass[j]))
+
+
+# ---------------------------------------------------------------- exact MRS
+
+def mrs(x: int, p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:  # id, [V], [V]
+    """One draft token x ~ p in, one token ~ q out, and whether x was accepted (Chen, Theorem 1).
+
+    Requires: p and q distributions [V] (a single pair); x a token id in [0, V) with p(x) > 0.
+    """
+    p, q = _check_pair(p, q, "mrs", "; use verify for K tokens")
+    x = _check_token(x, p.shape[0], "x")
+    _check_drafted(x, p[x])
+    if rng.random() < q[x] / p[x]:  # Alg. 2, lines 10-11: r ~ U[0, 1]; if r < min(1, q(x) / p(x))
+        return x, True  # line 11: then keep the draft
+    return sample(_excess(p, q), rng), False  # line 12: else draw from (q - p)_+ (sample() normalises)
 
 
 def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
            rng: np.random.Generator) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n], 1 <= n <= K+1
-    """Chen Alg. 2's accept/reject loop: the accepted prefix of x_draft plus one token from the target.
+    """Chen's Algorithm 2, lines 9-14: the accepted prefix of x_draft plus one more token, distributed exactly as the target.
 
-    p[t] is the draft distribution x_draft[t] was drawn from; q[t] is the target's
-    distribution at the same position, q[K] the one after all K drafts.  The extra token
-    is a draw from the residual (q[t] - p[t])_+ after a rejection at t, or the bonus token
-    from q[K] when every draft is accepted.
+    Requires: x_draft [K] integer token ids, K >= 1; p [K, V] with p[t] the draft
+    distribution x_draft[t] was drawn from, so p[t, x_draft[t]] > 0; q [K+1, V] with q[t]
+    the target's distribution at the same position and q[K] the one after all K drafts.
+    Uses rng as the module docstring says: one uniform per accept test, one for the token
+    after the last test.
     """
-    return _verify(x_draft, p, q, rng, 1.0)
+    x_draft, p, q = _check_verify_inputs(x_draft, p, q)
+    K = x_draft.shape[0]
+    out = []
+    for t in range(K):  # line 9: for t = 1 : K (0-based here)
+        x = int(x_draft[t])
+        r = rng.random()  # line 10: sample r ~ U[0, 1]
+        if r < q[t, x] / p[t, x]:  # line 11: if r < min(1, q(x) / p(x)); strict: q(x) = 0 never accepts
+            out.append(x)  # line 11: then set x_{n+t} <- x~_t
+        else:
+            out.append(sample(_excess(p[t], q[t]), rng))  # line 12: else x_{n+t} ~ (q - p)_+, exit the loop
+            return np.array(out, dtype=np.int64)
+    out.append(sample(q[K], rng))  # line 14: all K accepted: extra token x_{n+K+1} ~ q[K]
+    return np.array(out, dtype=np.int64)
 
+
+# ---------------------------------------------------------------- variants
 
 def verify_lenient(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.random.Generator,
-                   lenience: float) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n]
-    """LOSSY verify with Leviathan's lenience l in (0, 1] (A.5): accept iff u < q(x) / (l p(x)).
+                   lenience: float) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n], 1 <= n <= K+1
+    """LOSSY verify with Leviathan's lenience l (A.5): accept iff u < q(x) / (l p(x)), otherwise exactly verify.
 
-    The output is no longer distributed as q.  What still holds: no token is emitted with
-    probability above q(x) / l at any position (rare target tokens stay rare).  l = 1 is
-    exact MRS.  The residual after a rejection is the usual (q - p)_+.
+    Requires: verify's inputs, and 0 < l <= 1.  The output is no longer distributed as q;
+    what still holds is that no token is emitted with probability above q(x) / l at any
+    position (rare target tokens stay rare).  l = 1 is exact MRS.  Uses rng like verify.
     """
-    if not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must be in (0, 1], got {lenience}")
-    return _verify(x_draft, p, q, rng, lenience)
+    _check_lenience(lenience)
+    x_draft, p, q = _check_verify_inputs(x_draft, p, q)
+    K = x_draft.shape[0]
+    out = []
+    for t in range(K):  # Alg. 2, line 9 (0-based here)
+        x = int(x_draft[t])
+        r = rng.random()  # line 10
+        if r < q[t, x] / (lenience * p[t, x]):  # line 11 with Leviathan A.5's l: min(1, q(x) / (l p(x)))
+            out.append(x)  # line 11: then set x_{n+t} <- x~_t
+        else:
+            out.append(sample(_excess(p[t], q[t]), rng))  # line 12: the usual residual (q - p)_+
+            return np.array(out, dtype=np.int64)
+    out.append(sample(q[K], rng))  # line 14: bonus token from q[K]
+    return np.array(out, dtype=np.int64)
 
 
-def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+1, V] -> [n]
-    """Temperature 0: accept drafts while each equals the target's argmax, then add the target's token.
+def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+1, V] -> [n], 1 <= n <= K+1
+    """Temperature 0: accept drafts while each equals the target's argmax, then add the target's argmax token.
 
-    This is MRS with one-hot p and q (the Qualcomm post's greedy case): the draft is
-    accepted iff it is the argmax; the residual of one-hot q minus one-hot p is q's argmax.
-    Ties break to the lowest token id, as np.argmax does.
+    Requires: x_draft [K] integer token ids, K >= 1; q [K+1, V] finite scores (probabilities
+    or logits).  Draws no randomness.  This is MRS with one-hot p and q (the Qualcomm post's
+    greedy case): the draft is accepted iff it is the argmax, and the residual of one-hot q
+    minus one-hot p is q's argmax.  Ties break to the lowest token id, as np.argmax does.
     """
     x_draft = np.asarray(x_draft)
     q = np.asarray(q)
@@ -218,26 +319,9 @@ def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+
         raise ValueError("q contains NaN or infinity")
     best = np.argmax(q, axis=-1)  # [K+1] the target's greedy token at each position
     out = []
-    for t in range(K):
-        if int(x_draft[t]) != int(best[t]):
+    for t in range(K):  # Alg. 2, line 9 with one-hot p and q
+        if int(x_draft[t]) != int(best[t]):  # line 11: q(x) / p(x) is 1 or 0
             break
-        out.append(int(x_draft[t]))
-    out.append(int(best[len(out)]))  # correction after a mismatch, or the bonus token
+        out.append(int(x_draft[t]))  # line 11: then keep the draft
+    out.append(int(best[len(out)]))  # line 12 (the correction after a mismatch) or 14 (the bonus token)
     return np.array(out, dtype=np.int64)
-
-
-def output_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
-    """Exact law of mrs's output: min(p, q) + (1 - alpha) * residual (Theorem 1's two terms)."""
-    p = check_distribution(p, "p (draft)")
-    q = check_distribution(q, "q (target)", p.shape[-1])
-    alpha = np.minimum(p, q).sum()
-    return np.minimum(p, q) + (1.0 - alpha) * _residual(p, q)
-
-
-def lenient_acceptance_rate(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
-    """Leviathan A.5 in Chen's letters: alpha_l = sum_x min(p(x), q(x) / l)."""
-    p = check_distribution(p, "p (draft)")
-    q = check_distribution(q, "q (target)", p.shape[-1])
-    if not 0.0 < lenience <= 1.0:
-        raise ValueError(f"lenience must be in (0, 1], got {lenience}")
-    return float(np.minimum(p, q / lenience).sum())

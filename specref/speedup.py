@@ -9,13 +9,13 @@ All assume Leviathan's simplification that the per-token acceptances are iid wit
 alpha.  The section 3.3 walltime model also assumes that scoring gamma + 1 tokens in one
 target call costs the same as one decode step; on a CPU it does not, so
 `walltime_improvement_measured` takes the measured cost of that call instead.
+alpha itself comes from specref.mrs: `acceptance_rate`, or `lenient_acceptance_rate` for
+Leviathan's A.5 lenience.
 """
 
 from __future__ import annotations
 
 import numpy as np
-
-from specref import mrs
 
 
 def _check(alpha, gamma=None, c=None, name_c="c"):
@@ -88,8 +88,3 @@ def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
     decode step (a target call of standard decoding with the same warp), any time unit."""
     return walltime_improvement_measured(min(alpha, 1.0), gamma, draft_call / base_call, target_call / base_call)
 
-
-def lenient_alpha(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
-    """Leviathan A.5, alpha with lenience l in (0, 1], in Chen's letters (p = draft, q = target):
-    sum_x min(p(x), q(x) / l).  Leviathan writes sum_x min(p(x) / l, q(x)) with the letters swapped."""
-    return mrs.lenient_acceptance_rate(p, q, lenience)

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from specref.mrs import _residual, sample
+from specref.mrs import residual, sample
 
 
-def _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / p[x], resample=_residual,
+def _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / p[x], resample=residual,
           bonus_row=lambda K: K, propose=lambda p_t, x: int(x)):
     """verify's loop with one piece swappable; the defaults are the correct MRS."""
     out = []

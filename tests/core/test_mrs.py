@@ -6,6 +6,7 @@ by tools/false_alarm.py); seeds are fixed, so every run is the same.  Each test 
 also run on the deliberately broken samplers of specref.proof.broken, which it must reject.
 """
 
+import inspect
 import itertools
 from collections import Counter
 from fractions import Fraction
@@ -321,6 +322,84 @@ def test_bad_verify_inputs_are_named():
         mrs.verify_lenient(np.array([0]), p, q, rng, 0.0)
     with pytest.raises(ValueError, match=r"\[K \+ 1, V\]"):
         mrs.verify_greedy(np.array([0, 1]), q)
+
+
+def test_one_pair_functions_reject_stacked_rows():
+    # output_law and lenient_acceptance_rate used to accept [n, V] and return wrong numbers
+    # (output_law gave 0.25s instead of q; lenient_acceptance_rate gave 2.0 for two identical rows)
+    p2, q2 = np.stack([P_D, P_D]), np.stack([P_T, P_T])
+    for call in [lambda: mrs.output_law(p2, q2), lambda: mrs.lenient_acceptance_rate(p2, p2, 1.0),
+                 lambda: mrs.residual(p2, q2), lambda: mrs.mrs(0, p2, q2, np.random.default_rng(0)),
+                 lambda: mrs.output_law(P_D, q2)]:
+        with pytest.raises(ValueError, match=r"single pair of distributions p \[V\], q \[V\]"):
+            call()
+    assert mrs.lenient_acceptance_rate(P_D, P_D, 1.0) == pytest.approx(1.0)
+    np.testing.assert_allclose(mrs.acceptance_rate(p2, q2), [0.8, 0.8])  # stacked rows are fine here
+
+
+def test_a_drafted_token_with_zero_draft_probability_is_named_with_its_position():
+    p = np.array([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0]])
+    q = np.full((3, 3), 1 / 3)
+    with pytest.raises(ValueError, match="draft token 2 at position 1 has p\\(x\\) = 0"):
+        mrs.verify(np.array([0, 2]), p, q, FixedUniforms(0.9, 0.5))  # even though position 0 rejects
+    with pytest.raises(ValueError, match="p\\(x\\) = 0"):
+        mrs.mrs(2, p[0], q[0], FixedUniforms(0.0))
+
+
+def test_sample_rejects_what_it_cannot_draw_from():
+    with pytest.raises(ValueError, match="one vector of weights"):
+        mrs.sample(np.full((2, 2), 0.25), FixedUniforms(0.5))
+    for V in [3, 2000]:
+        with pytest.raises(ValueError, match="positive sum"):
+            mrs.sample(np.zeros(V), FixedUniforms(0.5))
+
+
+class CountingRng:
+    """np.random.Generator's random(), counting the calls."""
+
+    def __init__(self, seed):
+        self.rng, self.calls = np.random.default_rng(seed), 0
+
+    def random(self):
+        self.calls += 1
+        return self.rng.random()
+
+
+@pytest.mark.parametrize("sampler, correct", [(mrs.verify, True), (broken.no_bonus, False)])
+def test_verify_draws_the_documented_number_of_uniforms(sampler, correct):
+    # module docstring: a rejection at position t uses t + 2 uniforms, accepting all K uses K + 1
+    p, q = CASES["random"]
+    K = p.shape[0]
+    ok = []
+    for seed in range(300):
+        rng = CountingRng(seed)
+        x_draft = np.array([rng.rng.choice(p.shape[1], p=p[t]) for t in range(K)])
+        out = sampler(x_draft, p, q, rng)
+        ok.append(rng.calls == (K + 1 if len(out) == K + 1 else len(out) + 1))  # len(out) <= K: rejected at len(out) - 1
+    assert all(ok) == correct
+
+
+def test_verify_lenient_with_lenience_one_is_verify():
+    p, q = CASES["random"]
+    for seed in range(200):
+        x_draft = np.array([np.random.default_rng(seed).choice(4, p=p[t]) for t in range(2)])
+        np.testing.assert_array_equal(mrs.verify_lenient(x_draft, p, q, np.random.default_rng(seed), 1.0),
+                                      mrs.verify(x_draft, p, q, np.random.default_rng(seed)))
+
+
+def test_verify_is_exact_mrs_with_no_lenience_in_it():
+    source = inspect.getsource(mrs.verify)
+    assert "lenience" not in source and "verify_lenient" not in source
+    assert "lenience" not in str(inspect.signature(mrs.verify))
+
+
+@pytest.mark.parametrize("name", ["acceptance_rate", "residual", "mrs", "verify", "verify_lenient", "verify_greedy",
+                                  "output_law", "lenient_acceptance_rate", "sample", "check_distribution"])
+def test_public_functions_state_what_they_do_and_require(name):
+    doc = inspect.getdoc(getattr(mrs, name))
+    summary = doc.split("\n\n")[0]
+    assert "\n" not in summary and summary.endswith("."), summary  # a one-sentence summary line
+    assert "Requires" in doc, doc
 
 
 def test_seeded_runs_are_reproducible():

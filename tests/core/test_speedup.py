@@ -83,11 +83,13 @@ def test_prediction_from_timings_is_thm_3_8_with_measured_costs():
     assert speedup.predicted_from_timings(1.0000001, 2, 0.0, 10.0, 10.0) == pytest.approx(3.0)  # alpha capped at 1
 
 
-def test_lenient_alpha():
+def test_lenient_acceptance_rate():
+    # Leviathan A.5 (alpha with lenience, which feeds Theorem 3.8) lives in mrs; speedup no longer aliases it
     p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.30, 0.45, 0.10, 0.15])
-    assert speedup.lenient_alpha(p, q, 1.0) == pytest.approx(mrs.acceptance_rate(p, q))
-    alphas = [speedup.lenient_alpha(p, q, lam) for lam in [1.0, 0.5, 0.3, 0.1]]
+    assert mrs.lenient_acceptance_rate(p, q, 1.0) == pytest.approx(mrs.acceptance_rate(p, q))
+    alphas = [mrs.lenient_acceptance_rate(p, q, lam) for lam in [1.0, 0.5, 0.3, 0.1]]
     assert alphas == sorted(alphas) and alphas[-1] == pytest.approx(1.0)
+    assert not hasattr(speedup, "lenient_alpha")
 
 
 @pytest.mark.parametrize("call, message", [
@@ -96,7 +98,7 @@ def test_lenient_alpha():
     (lambda: speedup.walltime_improvement(0.5, 2.5, 0), "gamma"),
     (lambda: speedup.walltime_improvement(0.5, 2, -0.1), "c must"),
     (lambda: speedup.walltime_improvement_measured(0.5, 2, 0, 0), "score_cost"),
-    (lambda: speedup.lenient_alpha(np.array([1.0]), np.array([1.0]), 2.0), "lenience"),
+    (lambda: mrs.lenient_acceptance_rate(np.array([1.0]), np.array([1.0]), 2.0), "lenience"),
 ])
 def test_bad_inputs(call, message):
     with pytest.raises(ValueError, match=message):
