@@ -48,8 +48,10 @@ FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
 
 
 def quick_mode() -> bool:
-    """True when SPECREF_QUICK=1: small sample counts and token budgets (CI)."""
-    return os.environ.get("SPECREF_QUICK", "") not in ("", "0")
+    """specref.quick.quick_mode(): SPECREF_QUICK's small sample counts and token budgets (CI).
+    The switch lives in specref.quick so notebooks can read it without importing matplotlib."""
+    from specref.quick import quick_mode as read_switch
+    return read_switch()
 
 
 def machine_label() -> str:

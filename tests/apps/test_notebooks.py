@@ -1,14 +1,23 @@
-"""Every notebook runs top to bottom on a fresh kernel (SPECREF_QUICK=1) and is committed without outputs."""
+"""Every notebook runs top to bottom on a fresh kernel (SPECREF_QUICK=1).
+
+What runs is the notebook's source, notebooks/NN_name.py (jupytext percent format), read with
+jupytext; tests/apps/test_notebook_pairs.py checks that the .ipynb next to it has the same cells
+and no outputs.  Quick mode is read by specref.quick, tested here too.
+"""
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
-import nbformat
+import jupytext
 import pytest
 from nbclient import NotebookClient
 
+from specref.quick import quick_mode
+
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 CELL_TIMEOUT = 600  # seconds per cell; quick mode keeps every cell far below this
 EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model"]
 
@@ -18,23 +27,44 @@ def test_all_notebooks_present():
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_committed_without_outputs(path):
-    nb = nbformat.read(path, as_version=4)
-    nbformat.validate(nb)
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type == "code":
-            assert cell.outputs == [], f"{path.name} cell {i} has outputs; strip them before committing"
-            assert cell.execution_count is None, f"{path.name} cell {i} has an execution count"
-
-
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("SPECREF_QUICK", "1")
     # the kernel runs in notebooks/ like a Jupyter server would start it; specref comes from the repo root
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
-    nb = nbformat.read(path, as_version=4)
+    nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+
+
+# ---------------------------------------------------------------- specref.quick, the notebooks' switch
+
+@pytest.mark.parametrize("value, expected", [
+    (None, False), ("", False), ("0", False), ("false", False), ("No", False), (" off ", False),
+    ("1", True), ("true", True), ("YES", True), ("on", True),
+])
+def test_quick_mode_values(value, expected):
+    assert quick_mode({} if value is None else {"SPECREF_QUICK": value}) is expected
+
+
+@pytest.mark.parametrize("value", ["2", "quick", "ture", "-1"])
+def test_quick_mode_rejects_unknown_values(value):
+    with pytest.raises(ValueError, match="SPECREF_QUICK=.* is not recognised"):
+        quick_mode({"SPECREF_QUICK": value})
+
+
+def test_quick_mode_reads_the_environment(monkeypatch):
+    monkeypatch.setenv("SPECREF_QUICK", "1")
+    assert quick_mode() is True
+    monkeypatch.delenv("SPECREF_QUICK")
+    assert quick_mode() is False
+
+
+def test_quick_module_imports_nothing_heavy():
+    code = ("import sys, specref.quick; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy', 'matplotlib', 'specref')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "['specref', 'specref.quick']"

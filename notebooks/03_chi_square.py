@@ -1,0 +1,170 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Distribution tests made visible: chi-square, false alarms and power
+#
+# The suite (`tests/test_mrs.py`, `tests/test_sampling.py`) proves by simulation that `mrs`, `verify` and whole
+# speculative-sampling runs have the target's law. This notebook shows what those tests compute, how often they
+# would cry wolf on a correct sampler (the false-alarm rate) and how surely they catch a broken one (the power).
+# Letters are Chen et al.'s: `p` = draft, `q` = target, `K` = draft tokens per loop.
+#
+# **Pearson's chi-square.** Draw $n$ outcomes, count $O_k$ per outcome $k$, compare with the expected counts
+# $E_k = n \cdot P(k)$ from the exact law: $X^2 = \sum_k (O_k - E_k)^2 / E_k$. If the sampler is right, $X^2$ is
+# approximately $\chi^2$ with (bins $-$ 1) degrees of freedom (outcomes with $E_k < 5$ are pooled into one bin,
+# `stats.MIN_EXPECTED`), so the p-value $P(\chi^2 \ge X^2)$ is uniform on $[0, 1]$. A test that fails when
+# $p < $ `stats.LEVEL` $= 10^{-3}$ therefore fails a correct sampler with probability $10^{-3}$ per seed; the
+# suite's seeds are fixed, so its runs are reproducible. An outcome the law forbids is an immediate failure.
+#
+# All the machinery is `specref.proof.stats`; the deliberately broken samplers are `specref.proof.broken`.
+
+# %%
+import numpy as np
+import matplotlib.pyplot as plt
+from collections import Counter
+from scipy import stats as sps
+
+from specref.proof import broken, stats
+from specref.apps import figures
+from specref import mrs, sampling
+from specref.quick import quick_mode
+
+QUICK = quick_mode()
+print("LEVEL =", stats.LEVEL, " MIN_EXPECTED =", stats.MIN_EXPECTED, " quick" if QUICK else " full sizes")
+
+# %% [markdown]
+# ## One token: `mrs` on sharp and degenerate cases
+#
+# The edge cases are where implementations break: a draft that is nearly always wrong (the residual does all the
+# work), $p = q$ (the residual is $0/0$), a target that forbids a token the draft likes, a one-hot draft (prompt
+# lookup, greedy drafts). For each, $n$ draft tokens $x \sim p$ go through `mrs.mrs` and the outputs are tested
+# against $q$. As a negative control the same draws go through `broken.resample_from_q` with $K = 1$ (it draws from
+# $q$ instead of the residual after a rejection), keeping its first token.
+
+# %%
+cases = {
+    "sharp: draft nearly always wrong": ([0.01, 0.97, 0.01, 0.01], [0.97, 0.01, 0.01, 0.01]),
+    "p == q (residual 0/0)": ([0.2, 0.3, 0.5, 0.0], [0.2, 0.3, 0.5, 0.0]),
+    "q forbids a drafted token": ([0.5, 0.5, 0.0, 0.0], [0.0, 0.5, 0.5, 0.0]),
+    "one-hot draft": ([0.0, 1.0, 0.0, 0.0], [0.2, 0.3, 0.4, 0.1]),
+    "tiny target mass": ([0.25, 0.25, 0.25, 0.25], [0.997, 0.001, 0.001, 0.001]),
+}
+n = 5_000 if QUICK else 50_000
+print(f"{'case':34s} {'alpha':>6} {'mrs p-value':>12} {'resample_from_q p-value':>24}")
+for name, (p, q) in cases.items():
+    p, q = np.array(p), np.array(q)
+    rng = np.random.default_rng(5)
+    xs = rng.choice(len(p), size=n, p=p)
+    good = Counter(mrs.mrs(int(x), p, q, rng)[0] for x in xs)
+    bad = Counter(int(broken.resample_from_q(np.array([x]), p[None], np.stack([q, q]), rng)[0]) for x in xs)
+    law = dict(enumerate(q))
+    print(f"{name:34s} {mrs.acceptance_rate(p, q):6.3f} {stats.chi_square_gof(good, law)[2]:12.3g} "
+          f"{stats.chi_square_gof(bad, law)[2]:24.3g}")
+
+# %% [markdown]
+# The broken sampler passes when $p = q$: nothing is ever rejected, so the bug never runs. A negative control only
+# proves something on a case where the bug changes the law, which is why the suite runs every broken sampler on
+# cases chosen so that each bug shows.
+#
+# ## One loop: `verify`'s whole output
+#
+# With $K$ drafts, `verify` returns the accepted prefix plus one token, so its outcomes are tuples of 1 to $K+1$
+# tokens. When draft $t$ is drawn from a fixed row $p[t]$, the exact law is (`stats.verify_law`)
+#
+# $$P(x_1..x_a, y) = \prod_{t<a} \min(p_t, q_t)(x_t) \cdot \begin{cases} (1 - \alpha_a)\,(q_a - p_a)_+(y) & a < K \\ q_K(y) & a = K \end{cases}$$
+#
+# The case used for the power study (`figures.power_case()`): $K = 2$, $V = 3$, acceptance 0.9 at both positions.
+
+# %%
+p, q = figures.power_case()
+law = stats.verify_law(p, q)
+print("p =", p.tolist(), "\nq =", q.tolist())
+print(f"{len(law)} possible outputs, total probability {sum(law.values()):.12f}; the most likely:")
+for outcome, w in sorted(law.items(), key=lambda kv: -kv[1])[:6]:
+    print("  ", outcome, round(w, 4))
+print("P(a drafts accepted), a = 0..K:", stats.accepted_count_law(p, q).round(4))
+
+# %%
+n = 2_000 if QUICK else 20_000
+print(f"n = {n} verify calls per sampler")
+print(f"{'sampler':28s} {'chi-square':>11} {'dof':>4} {'p-value':>9}  verdict at LEVEL")
+for name, f in figures.verify_samplers().items():
+    counts = stats.sample_verify(f, p, q, n, np.random.default_rng(11))
+    stat, dof, pval = stats.chi_square_gof(counts, law)
+    print(f"{name:28s} {stat:11.1f} {dof:4d} {pval:9.3g}  {'REJECT' if pval < stats.LEVEL else 'pass'}")
+
+# %% [markdown]
+# ## Whole sequences: SpS against the target's law
+#
+# The strongest check is end to end: speculative sampling (`sampling.speculative_steps`) with a draft and a target
+# that are small Markov chains over $V = 3$ tokens: a target with sharp rows (Dirichlet concentration 0.3) and a
+# draft that mixes 70% of the target with 30% of another sharp chain, $K = 3$, $N = 4$ new tokens. Every one of
+# the $3^4 = 81$ sequences has an exact probability under the target (`stats.sequence_law`). Each broken `verify`
+# is plugged into the same loop.
+#
+# The draft must be good: with a draft far from the target, all $K$ drafts are rarely accepted, the bonus token is
+# rarely drawn, and a bug in the bonus (`bonus_wrong_row`) hides. A test case has to exercise the code it tests.
+
+# %%
+V, N, K = 3, 4, 3
+target = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(21), concentration=0.3)
+other = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(22), concentration=0.3)
+draft = stats.MarkovChain(0.7 * target.table + 0.3 * other.table)
+prompt = np.array([1])
+seq_law = stats.sequence_law(target, prompt, N)
+print("target rows:\n", target.table.round(3), "\ndraft rows:\n", draft.table.round(3))
+print("acceptance rate per context:", mrs.acceptance_rate(draft.table, target.table).round(3))
+
+runs = 2_000 if QUICK else 20_000
+print(f"\n{runs} runs per sampler")
+for name, f in figures.verify_samplers().items():
+    sampler = lambda r, f=f: sampling.run(sampling.speculative_steps(prompt, draft, target, N, K, r, verify=f))[0]
+    counts = stats.sample_sequences(sampler, runs, len(prompt), np.random.default_rng(23))
+    stat, dof, pval = stats.chi_square_gof(counts, seq_law)
+    print(f"{name:28s} chi-square {stat:10.1f} on {dof:2d} dof, p-value {pval:9.3g}  "
+          f"{'REJECT' if pval < stats.LEVEL else 'pass'}")
+
+# %% [markdown]
+# `no_bonus` passes here, and rightly: dropping the bonus token loses speed, not correctness (notebook 01 explains
+# why); the `verify`-level test above catches it. `one_uniform_reused` and `resample_from_q` need the most samples
+# here: reusing one uniform only couples the decisions within a loop, and resampling from $q$ instead of the
+# residual only matters after a rejection.
+#
+# ## False alarms and power
+#
+# Repeat each test many times with fresh seeds. For the correct `verify` the p-values spread uniformly over $[0, 1]$
+# (so a fraction LEVEL of them fall below LEVEL: the false-alarm rate); for a broken one they pile up at 0. The lower
+# panel is the power: the fraction of tests that reject, against the number of samples per test.
+
+# %%
+sizes = figures.chi_square_power_sizes(QUICK)
+fig = plt.figure(figsize=(12, 6.5), layout="constrained")
+pvalues, power = figures.plot_chi_square_power(fig, **sizes)
+plt.show()
+for name, r in power.items():
+    print(f"{name:28s} rejection rate by n:", ", ".join(f"{n}: {x:.2f}" for n, x in zip(sizes["ns"], r)))
+
+# %% [markdown]
+# ### The false-alarm rate, measured
+#
+# Under the correct sampler the p-values should be uniform: a Kolmogorov–Smirnov test of their distribution, and
+# the observed fractions below a few thresholds. (With a few hundred repetitions a rate of $10^{-3}$ cannot be
+# resolved; the point is that nothing piles up at 0.)
+
+# %%
+reps = 50 if QUICK else 500
+pv = figures.verify_pvalues(mrs.verify, p, q, 400, reps, seed=99)
+print(f"{reps} tests of n = 400: KS test of uniformity p = {sps.kstest(pv, 'uniform').pvalue:.3f}")
+for thr in (0.5, 0.1, 0.05, 0.01, stats.LEVEL):
+    print(f"  fraction of p-values < {thr:<6g}: {np.mean(pv < thr):.3f}")

