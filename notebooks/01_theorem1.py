@@ -173,7 +173,7 @@ for seq, w in sorted(law.items(), key=lambda kv: -kv[1])[:5]:
 
 
 def sps(rng, verify=mrs.verify):
-    return sampling.run(sampling.speculative_steps(prompt, draft, target, N, K, rng, verify=verify))[0]
+    return sampling.speculative_sampling(prompt, draft, target, N, K, rng, verify=verify)
 
 
 runs = 3_000 if QUICK else 30_000

@@ -15,7 +15,7 @@
 # %% [markdown]
 # # 03 · Distribution tests made visible: chi-square, false alarms and power
 #
-# The suite (`tests/test_mrs.py`, `tests/test_sampling.py`) proves by simulation that `mrs`, `verify` and whole
+# The suite (`tests/core/test_mrs.py`, `tests/core/test_sampling.py`) proves by simulation that `mrs`, `verify` and whole
 # speculative-sampling runs have the target's law. This notebook shows what those tests compute, how often they
 # would cry wolf on a correct sampler (the false-alarm rate) and how surely they catch a broken one (the power).
 # Letters are Chen et al.'s: `p` = draft, `q` = target, `K` = draft tokens per loop.
@@ -107,7 +107,7 @@ for name, f in figures.verify_samplers().items():
 # %% [markdown]
 # ## Whole sequences: SpS against the target's law
 #
-# The strongest check is end to end: speculative sampling (`sampling.speculative_steps`) with a draft and a target
+# The strongest check is end to end: speculative sampling (`sampling.speculative_sampling`) with a draft and a target
 # that are small Markov chains over $V = 3$ tokens: a target with sharp rows (Dirichlet concentration 0.3) and a
 # draft that mixes 70% of the target with 30% of another sharp chain, $K = 3$, $N = 4$ new tokens. Every one of
 # the $3^4 = 81$ sequences has an exact probability under the target (`stats.sequence_law`). Each broken `verify`
@@ -129,7 +129,7 @@ print("acceptance rate per context:", mrs.acceptance_rate(draft.table, target.ta
 runs = 2_000 if QUICK else 20_000
 print(f"\n{runs} runs per sampler")
 for name, f in figures.verify_samplers().items():
-    sampler = lambda r, f=f: sampling.run(sampling.speculative_steps(prompt, draft, target, N, K, r, verify=f))[0]
+    sampler = lambda r, f=f: sampling.speculative_sampling(prompt, draft, target, N, K, r, verify=f)
     counts = stats.sample_sequences(sampler, runs, len(prompt), np.random.default_rng(23))
     stat, dof, pval = stats.chi_square_gof(counts, seq_law)
     print(f"{name:28s} chi-square {stat:10.1f} on {dof:2d} dof, p-value {pval:9.3g}  "

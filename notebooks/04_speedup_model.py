@@ -132,7 +132,7 @@ print(f"checked: gamma = 1 meets the bound exactly and the optimal gamma never f
 #
 # Eq. 1 counts tokens per target call when every draft token is accepted independently with probability
 # $\alpha$. `figures.constant_pair(alpha)` builds a draft and a target whose rows never change and overlap by exactly
-# $\alpha$ (so the assumption holds), and real SpS loops (`specref.sampling.speculative_steps`) are counted.
+# $\alpha$ (so the assumption holds), and real SpS loops (`specref.sampling.speculative_sampling`) are counted.
 # With a real language model the acceptances are **not** iid (easy stretches and hard ones), which is one reason
 # measured speedups drift from Thm 3.8 (Leviathan A.3); notebook 05 compares on SmolLM2.
 

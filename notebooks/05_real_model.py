@@ -73,11 +73,11 @@ ars, ars_pieces = run("ArS")
 sps, sps_pieces = run("SpS")
 assert ars.tokens == sps.tokens, "greedy SpS must reproduce greedy ArS exactly"
 display(HTML(widgets.side_by_side_html({
-    f"ArS: {len(ars.tokens)} tokens, {ars.target_calls} target calls, {ars.seconds:.2f} s": widgets.highlight_html(model.tokenizer, ars_pieces),
-    f"SpS (K=4): {len(sps.tokens)} tokens, {sps.target_calls} target calls, {sps.seconds:.2f} s": widgets.highlight_html(model.tokenizer, sps_pieces),
+    f"ArS: {len(ars.tokens)} tokens, {ars.stats.loops} target calls, {ars.stats.seconds:.2f} s": widgets.highlight_html(model.tokenizer, ars_pieces),
+    f"SpS (K=4): {len(sps.tokens)} tokens, {sps.stats.loops} target calls, {sps.stats.seconds:.2f} s": widgets.highlight_html(model.tokenizer, sps_pieces),
 })))
-print(f"identical text; SpS used {sps.target_calls} target calls for {len(sps.tokens)} tokens "
-      f"({len(sps.tokens) / sps.target_calls:.2f} tokens per call); walltime ratio ArS/SpS {ars.seconds / sps.seconds:.2f}")
+print(f"identical text; SpS used {sps.stats.loops} target calls for {len(sps.tokens)} tokens "
+      f"({len(sps.tokens) / sps.stats.loops:.2f} tokens per call); walltime ratio ArS/SpS {ars.stats.seconds / sps.stats.seconds:.2f}")
 
 # %% [markdown]
 # **Sampling** at temperature 0.8 with nucleus 0.95 (Chen's HumanEval settings): now the two texts differ — they are
@@ -87,14 +87,14 @@ print(f"identical text; SpS used {sps.target_calls} target calls for {len(sps.to
 ars_s, ars_s_pieces = run("ArS", temperature=0.8, top_p=0.95, seed=1)
 sps_s, sps_s_pieces = run("SpS", temperature=0.8, top_p=0.95, seed=1)
 display(HTML(widgets.side_by_side_html({
-    f"ArS, T=0.8: {len(ars_s.tokens)} tokens, {ars_s.target_calls} calls": widgets.highlight_html(model.tokenizer, ars_s_pieces),
-    f"SpS, T=0.8, K=4: {len(sps_s.tokens)} tokens, {sps_s.target_calls} calls, alpha {sps_s.alpha:.2f}": widgets.highlight_html(model.tokenizer, sps_s_pieces),
+    f"ArS, T=0.8: {len(ars_s.tokens)} tokens, {ars_s.stats.loops} calls": widgets.highlight_html(model.tokenizer, ars_s_pieces),
+    f"SpS, T=0.8, K=4: {len(sps_s.tokens)} tokens, {sps_s.stats.loops} calls, alpha {sps_s.stats.alpha_hat:.2f}": widgets.highlight_html(model.tokenizer, sps_s_pieces),
 })))
 
 # %% [markdown]
 # ## Acceptance rate per draft and per temperature
 #
-# $\alpha$ is estimated from each run as accepted drafts / examined drafts (`demo.Result.alpha`, the maximum
+# $\alpha$ is estimated from each run as accepted drafts / examined drafts (`RunStats.alpha_hat`, the maximum
 # likelihood estimate under Leviathan's iid model). The n-gram is a trigram fitted on the prompt's tokens.
 # Sharper distributions (lower temperature) agree more, as Leviathan observed.
 
@@ -105,7 +105,7 @@ alpha = {}
 for d in draft_names:
     for T in temperatures:
         r, _ = run("SpS", draft=d, K=4, temperature=T, top_p=0.95 if T > 0 else None, seed=2)
-        alpha[d, T] = r.alpha
+        alpha[d, T] = r.stats.alpha_hat
 print(f"{'draft':>14} " + " ".join(f"{'T=' + str(T):>7}" for T in temperatures))
 for d in draft_names:
     print(f"{d:>14} " + " ".join(f"{alpha[d, T]:7.3f}" for T in temperatures))

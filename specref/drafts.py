@@ -3,7 +3,7 @@
 Leviathan et al. 2023, section 3.6 ("Approximation Models"): any model can draft, since MRS
 keeps the target's law whatever p is; negligible-cost drafts (c ~ 0) include n-gram
 models, a copy-from-context heuristic and even random tokens.  Each class here is a model
-in the sense of `specref.sampling`: `draft(tokens) -> [n, V]` plus `next_probs(tokens, k)`.
+in the sense of `specref.protocol`: `draft(tokens) -> [n, V]` plus `next_probs(tokens, k)`.
 """
 
 from __future__ import annotations
@@ -14,14 +14,7 @@ from typing import Callable, Iterable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-
-def _check_tokens(tokens, V: int) -> np.ndarray:
-    tokens = np.asarray(tokens)
-    if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
-        raise ValueError(f"tokens must be a non-empty 1-D integer array, got shape {tokens.shape} dtype {tokens.dtype}")
-    if tokens.min() < 0 or tokens.max() >= V:
-        raise ValueError(f"token ids must be in [0, {V}), got min {tokens.min()} max {tokens.max()}")
-    return tokens
+from specref.protocol import check_tokens
 
 
 DRAFTS = ("prompt-lookup", "ngram", "uniform")
@@ -48,7 +41,7 @@ class _RowModel:
         raise NotImplementedError
 
     def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-        tokens = _check_tokens(tokens, self.V)
+        tokens = check_tokens(tokens, self.V)
         if not 1 <= k <= len(tokens):
             raise ValueError(f"k must be in [1, {len(tokens)}] for {len(tokens)} tokens, got {k}")
         return np.stack([self.row(tokens[: len(tokens) - k + 1 + i]) for i in range(k)])

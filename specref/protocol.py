@@ -8,8 +8,6 @@ loop step costs one incremental forward pass.
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 
 
@@ -22,21 +20,14 @@ def next_distributions(model, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] 
     return out
 
 
-class Timed:
-    """A model that counts its calls and adds up the wall time spent in them (to measure c)."""
-
-    def __init__(self, model):
-        self.model, self.calls, self.seconds = model, 0, 0.0
-
-    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-        start = time.perf_counter()
-        out = next_distributions(self.model, tokens, k)
-        self.seconds += time.perf_counter() - start
-        self.calls += 1
-        return out
-
-    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
-        return self.next_probs(tokens, len(tokens))
-
-    def __repr__(self) -> str:
-        return f"Timed({self.model!r})"
+def check_tokens(tokens, V: int | None = None, name: str = "tokens", allow_empty: bool = False) -> np.ndarray:  # [n] -> int64 [n]
+    """`tokens` as an int64 array after checking it is a 1-D sequence of token ids (in [0, V) if V is given)."""
+    a = np.asarray(list(tokens) if not isinstance(tokens, np.ndarray) and not np.isscalar(tokens) else tokens)
+    if a.ndim != 1 or (a.size and not np.issubdtype(a.dtype, np.integer)):
+        raise ValueError(f"{name} must be a 1-D sequence of integers (token ids), got shape {a.shape} dtype {a.dtype}")
+    if a.size == 0 and not allow_empty:
+        raise ValueError(f"{name} is empty; expected a non-empty 1-D sequence of token ids")
+    if V is not None and a.size and (a.min() < 0 or a.max() >= V):
+        bad = a[(a < 0) | (a >= V)][0]
+        raise ValueError(f"token id {int(bad)} is out of range in {name}; token ids must be in [0, {V})")
+    return a.astype(np.int64)

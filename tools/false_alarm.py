@@ -18,8 +18,8 @@ import time
 import numpy as np
 from scipy import stats as sps
 
-import tests.test_mrs as tm
-import tests.test_sampling as ts
+import tests.core.test_mrs as tm
+import tests.core.test_sampling as ts
 from specref.proof import broken, stats
 from specref import mrs
 
@@ -48,14 +48,14 @@ def main() -> None:
     args = ap.parse_args()
     seeds = range(10_000, 10_000 + args.seeds)
     t0 = time.time()
-    print(f"verify output law, n = {tm.N_SAMPLES} per test (tests/test_mrs.py)")
+    print(f"verify output law, n = {tm.N_SAMPLES} per test (tests/core/test_mrs.py)")
     correct = [report(f"verify / {case}", [verify_pvalue(mrs.verify, case, s) for s in seeds]) for case in tm.CASES]
     allp = np.concatenate(correct)
     print(f"  pooled over {len(allp)} correct tests: rejected {np.mean(allp < stats.LEVEL):.4f}, "
           f"p<0.05 {np.mean(allp < 0.05):.3f}, KS p={sps.kstest(allp, 'uniform').pvalue:.3f}")
     for name, f in broken.BROKEN.items():
         report(f"broken {name}", [verify_pvalue(f, "random", s) for s in seeds])
-    print(f"\nwhole sequences, {ts.RUNS} runs per test, K = 2 (tests/test_sampling.py)")
+    print(f"\nwhole sequences, {ts.RUNS} runs per test, K = 2 (tests/core/test_sampling.py)")
     report("speculative_sampling", [sequence_pvalue(mrs.verify, 2, s) for s in seeds])
     few = seeds[: max(3, len(seeds) // 4)]
     for name in ["always_accept", "ratio_inverted", "resample_from_q", "bonus_wrong_row",

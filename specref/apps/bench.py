@@ -3,7 +3,7 @@
 Measured in one run (see `specref.apps.costs` for what each quantity is): decode_ms_per_token,
 weights_stream_ms, score_ratio (K -> scoring K + 1 tokens / one decode step), mrs_ms, and the
 demo's workloads (`specref.apps.demo`) with their measured and predicted speedups and peak memory.
-Targets (issue 3): decode <= 1.3 x the stream floor, score_ratio[4] <= 1.5, verify < 2% of a
+Targets: decode <= 1.3 x the stream floor, score_ratio[4] <= 1.5, verify < 2% of a
 decode step.  The machine may be shared, so only ratios measured in the same run mean much.
 
 BLAS threads: OPENBLAS_NUM_THREADS as `specref.__main__` sets it before NumPy is imported (1
@@ -12,10 +12,7 @@ unless the environment says otherwise); `--blas-threads N` makes it N.  The JSON
 
 import argparse
 import json
-import os
 import resource
-import subprocess
-import sys
 
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, measure_costs
@@ -48,9 +45,10 @@ def format_table(costs: dict) -> str:
 def workload_row(r: demo.Result) -> dict:
     """One demo run as a JSON row."""
     return {"method": r.method, "draft": r.draft, "K": r.K, "temperature": r.temperature, "top_p": r.top_p,
-            "tokens": len(r.tokens), "ms_per_token": r.ms_per_token, "alpha": r.alpha,
-            "tokens_per_target_call": r.tokens_per_target_call, "target_ms_per_call": r.target_ms_per_call,
-            "draft_ms_per_call": r.draft_ms_per_call, "speedup": r.speedup, "predicted_speedup": r.predicted}
+            "tokens": len(r.tokens), "ms_per_token": r.stats.ms_per_token, "alpha": r.stats.alpha_hat,
+            "tokens_per_target_call": r.stats.tokens_per_target_call,
+            "target_ms_per_call": r.stats.target_ms_per_call, "draft_ms_per_call": r.stats.draft_ms_per_call,
+            "speedup": r.speedup, "predicted_speedup": r.predicted}
 
 
 def format_workload_checks(costs: dict) -> str:
@@ -89,28 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "imported); 0 keeps the environment's setting, 1 unless set (default 0)")
 
 
-def _rerun_with_threads(args) -> int:
-    """Run this benchmark again in a fresh interpreter whose OpenBLAS uses args.blas_threads threads."""
-    argv = [sys.executable, "-m", "specref", "bench", "--repeats", str(args.repeats), "--K", str(args.K),
-            "--max-new-tokens", str(args.max_new_tokens),
-            "--blas-threads", str(args.blas_threads)]
-    if args.json:
-        argv += ["--json", args.json]
-    if args.cache_dir:
-        argv += ["--cache-dir", args.cache_dir]
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(args.blas_threads))
-    print(f"rerunning with OPENBLAS_NUM_THREADS={args.blas_threads} (it must be set before NumPy is imported)",
-          flush=True)
-    return subprocess.call(argv, env=env)
-
-
 def run(args) -> int:
-    if args.repeats < 1:
-        raise ValueError(f"--repeats must be at least 1, got {args.repeats}")
-    if args.blas_threads < 0:
-        raise ValueError(f"--blas-threads must be 0 (keep) or a positive count, got {args.blas_threads}")
-    if args.blas_threads and os.environ.get("OPENBLAS_NUM_THREADS") != str(args.blas_threads):
-        return _rerun_with_threads(args)
     model = load_smollm2(cache_dir=args.cache_dir)
     print(f"measuring ({args.repeats} repeats each) ...", flush=True)
     costs = measure_costs(model, args.repeats)

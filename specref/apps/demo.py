@@ -22,7 +22,8 @@ from specref import speedup
 from specref.apps import options
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.model import load_smollm2
-from specref.sampling import Step, timed_generation
+from specref.apps.timing import timed_generation
+from specref.sampling import RunStats, Step
 from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
@@ -48,27 +49,17 @@ GREEN, RESET = "\x1b[42;30m", "\x1b[0m"
 
 @dataclass
 class Result:
+    """One demo run: its settings, its tokens and its statistics (a `RunStats` from the loop)."""
+
     method: str  # "ArS" or "SpS"
     draft: str  # draft name, "-" for ArS
     K: int  # draft tokens per loop (0 for ArS)
     temperature: float  # 0 = greedy
     top_p: float | None
-    tokens: list[int]  # generated tokens (prompt excluded)
-    seconds: float  # wall time of the generation loop
-    target_calls: int
-    alpha: float  # estimated acceptance rate (nan for ArS)
-    target_ms_per_call: float  # measured cost of one target call (one token for ArS, K + 1 scored for SpS)
-    draft_ms_per_call: float  # measured cost of one draft step
+    tokens: list[int]  # generated tokens up to and including eos (prompt excluded)
+    stats: RunStats  # counts and times of the sampling loop
     speedup: float = float("nan")  # over ArS with the same warp, same run
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
-
-    @property
-    def ms_per_token(self) -> float:
-        return 1000 * self.seconds / max(len(self.tokens), 1)
-
-    @property
-    def tokens_per_target_call(self) -> float:
-        return len(self.tokens) / self.target_calls if self.target_calls else float("nan")
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -84,12 +75,10 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
     draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
-    run = timed_generation(np.array(prompt_ids), model, draft, K, Warp(temperature, None, top_p), max_new_tokens,
-                           np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step)
+    stats = timed_generation(np.array(prompt_ids), model, draft, K, Warp(temperature, None, top_p), max_new_tokens,
+                             np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step)
     return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p,
-                  until_eos(run.tokens, eos), run.seconds,
-                  run.loops, run.alpha_hat, 1000 * run.target_seconds / max(run.loops, 1),
-                  1000 * run.draft_seconds / run.draft_calls if run.draft_calls else 0.0)
+                  until_eos(stats.new_tokens, eos), stats)
 
 
 class Printer:
@@ -117,8 +106,8 @@ def predict(result: Result, base: Result) -> float:
     """
     if result.method == "ArS":
         return 1.0
-    return float(speedup.predicted_from_timings(result.alpha, result.K, result.draft_ms_per_call,
-                                                result.target_ms_per_call, base.target_ms_per_call))
+    return float(speedup.predicted_from_timings(result.stats.alpha_hat, result.K, result.stats.draft_ms_per_call,
+                                                result.stats.target_ms_per_call, base.stats.target_ms_per_call))
 
 
 def table(results: list[Result]) -> str:
@@ -127,7 +116,8 @@ def table(results: list[Result]) -> str:
     rows = [head, "-" * len(head)]
     for r in results:
         rows.append(f"{r.method:6} {r.draft:13} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
-                    f"{r.ms_per_token:7.1f} {r.alpha:6.2f} {r.tokens_per_target_call:8.2f} {r.target_ms_per_call:7.1f} "
+                    f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
+                    f"{r.stats.target_ms_per_call:7.1f} "
                     f"{r.speedup:7.2f}x "
                     f"{r.predicted:8.2f}x")
     return "\n".join(rows)
@@ -145,9 +135,9 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             log(f"\n--- {method}{'' if method == 'ArS' else ' with ' + name + ' draft'}, K={K}, {label} ---")
             r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer)
             base = base or r
-            r.speedup = base.ms_per_token / r.ms_per_token
+            r.speedup = base.stats.ms_per_token / r.stats.ms_per_token
             r.predicted = predict(r, base)
-            log(f"\n[{len(r.tokens)} tokens, {r.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
+            log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)
     return results
@@ -162,7 +152,7 @@ def verdicts(results: list[Result]) -> list[str]:
         word = "faster" if r.speedup > 1.0 else "SLOWER"
         setting = "greedy" if r.temperature == 0 else f"T={r.temperature}, top-p={r.top_p}"
         out.append(f"SpS with {r.draft} ({setting}) is {word} than ArS: {r.speedup:.2f}x "
-                   f"(alpha {r.alpha:.2f}, {r.tokens_per_target_call:.2f} tokens per target call)")
+                   f"(alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)")
     return out
 
 

@@ -163,9 +163,10 @@ def constant_pair(alpha: float, V: int = 3):
 def simulate_tokens_per_call(alpha: float, gamma: int, loops: int, rng: np.random.Generator) -> np.ndarray:  # -> [loops]
     """Tokens produced by each of `loops` SpS iterations (specref.sampling) on `constant_pair(alpha)`."""
     draft, target = constant_pair(alpha)
-    steps = sampling.speculative_steps(np.array([0]), draft, target, loops * (gamma + 1), gamma, rng)
-    out = [s.n_accepted + 1 for _, s in zip(range(loops), steps)]
-    return np.array(out)
+    stats = sampling.RunStats()
+    sampling.speculative_sampling(np.array([0]), draft, target, loops * (gamma + 1), gamma, rng,
+                                  on_step=lambda step: stats.add(step) or stats.loops == loops)
+    return np.array([n + 1 for n in stats.accepted_per_iteration])
 
 
 def plot_expected_tokens(ax, gammas=(1, 2, 3, 5, 7, 10), simulated: dict | None = None):
@@ -291,8 +292,9 @@ def measure_chen_figure1(model, N: int, Ks, n_prompts: int, reps: int, temperatu
             for K in (0, *Ks):
                 r = demo.generate(model, ids, "ArS" if K == 0 else "SpS", "prompt-lookup", max(K, 1), temperature,
                                   top_p, N, seed + 1000 * rep + i)
-                records.append({"prompt": i, "rep": rep, "K": K, "seconds": r.seconds, "tokens": len(r.tokens),
-                                "loops": r.target_calls, "alpha": r.alpha, "draft_ms": r.draft_ms_per_call})
+                records.append({"prompt": i, "rep": rep, "K": K, "seconds": r.stats.seconds, "tokens": len(r.tokens),
+                                "loops": r.stats.loops, "alpha": r.stats.alpha_hat,
+                                "draft_ms": r.stats.draft_ms_per_call})
     return records
 
 

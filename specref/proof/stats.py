@@ -18,7 +18,7 @@ import numpy as np
 from scipy import stats as sps
 
 from specref import mrs
-from specref.sampling import next_distributions
+from specref.protocol import next_distributions
 
 # Significance level of every distribution test in the suite: a correct sampler fails a
 # given test with probability LEVEL (its false-alarm rate) for a random seed; the seeds
@@ -140,3 +140,182 @@ def sample_sequences(sampler: Callable[[np.random.Generator], np.ndarray], n: in
                      rng: np.random.Generator) -> Counter:
     """Counts of the tokens after position t over n runs of sampler(rng)."""
     return Counter(tuple(int(v) for v in sampler(rng)[t:]) for _ in range(n))
+
+
+# ---------------------------------------------------------------- one verifier call, exactly
+#
+# The laws below are written in plain Python arithmetic, independently of specref.mrs, so
+# they take float rows or fractions.Fraction rows alike (Fractions give exact numbers such
+# as the 11/9 of the block-verification paper's toy example).  A row is a sequence of V
+# probabilities; p is K draft rows, q is K + 1 target rows, as in `mrs.verify`.
+
+def _normalised(row):
+    total = sum(row)
+    return [v / total for v in row]
+
+
+def _excess(w, q_row, p_row):  # max(0, w q - p), elementwise
+    return [max(0 * v, w * v - u) for u, v in zip(p_row, q_row)]
+
+
+def token_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], [K][V], [K+1][V] -> law
+    """Law of `mrs.verify`'s output for fixed drafts, over its uniforms: P(accept x_1..x_a) = prod min(1, q/p), then residual or bonus."""
+    K = len(x_draft)
+    law, path = {}, 1
+    for a in range(K + 1):
+        if a == K:
+            last, weight = q[K], path  # all accepted: the bonus from q_{K+1}
+        else:
+            x = x_draft[a]
+            accept = min(1, q[a][x] / p[a][x])
+            excess = _excess(1, q[a], p[a])
+            last = excess if sum(excess) > 0 else q[a]
+            weight = path * (1 - accept)  # accepted x_1..x_a, rejected x_{a+1}
+        if weight > 0:
+            for y, v in enumerate(_normalised(last)):
+                if v > 0:
+                    law[tuple(x_draft[:a]) + (y,)] = weight * v
+        if a < K:
+            path = path * accept
+    return law
+
+
+def block_weights(x_draft, p, q) -> tuple[list, list, list]:  # [K], [K][V], [K+1][V] -> w [K+1], h [K+1], r [K][V]
+    """Block verification's w_i, h_i and unnormalised residuals r_i (steps 1-2 of BLOCK_VERIFICATION.md), i = 0..K."""
+    K = len(x_draft)
+    w = [1 + 0 * q[0][0]]  # w_0 = 1 (a Fraction when the rows are Fractions)
+    for i in range(1, K + 1):
+        x = x_draft[i - 1]
+        w.append(min(1, w[-1] * q[i - 1][x] / p[i - 1][x]))  # w_i = min(1, w_{i-1} q_i(x_i) / p_i(x_i))
+    r = [_excess(w[i], q[i], p[i]) for i in range(K)]  # r_i = max(0, w_i q_{i+1} - p_{i+1}), i = 0..K-1
+    h = [1 + 0 * w[0]]  # h_0 = 1
+    for i in range(1, K):
+        s = sum(r[i])
+        h.append(s / (s + 1 - w[i]) if s + 1 - w[i] > 0 else 1 + 0 * s)  # h_i; 1 when 0 / 0
+    h.append(w[K])  # h_K = w_K
+    return w, h, r
+
+
+def stopping_law(h) -> list:  # h [K+1] -> [K+1]
+    """P(tau = i) for block verification: h_i times the chance that every coin above i failed, prod_{j>i} (1 - h_j)."""
+    out, above = [], 1
+    for i in range(len(h) - 1, -1, -1):
+        out.append(above * h[i])
+        above = above * (1 - h[i])
+    return out[::-1]
+
+
+def block_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], [K][V], [K+1][V] -> law
+    """Law of `mrs.verify_block`'s output for fixed drafts, over its uniforms: tau by `stopping_law`, then the w_tau-residual or the bonus."""
+    K = len(x_draft)
+    w, h, r = block_weights(x_draft, p, q)
+    law = {}
+    for tau, weight in enumerate(stopping_law(h)):
+        if weight <= 0:
+            continue
+        last = q[K] if tau == K else (r[tau] if sum(r[tau]) > 0 else q[tau])
+        for y, v in enumerate(_normalised(last)):
+            if v > 0:
+                law[tuple(x_draft[:tau]) + (y,)] = weight * v
+    return law
+
+
+def call_law(law_given_drafts: Callable, draft_row: Callable, target_row: Callable, K: int, V: int) -> dict[tuple, object]:
+    """Exact law of one verifier call, the drafts drawn from the draft: sum over all V^K draft blocks.
+
+    draft_row(prefix) and target_row(prefix) give the model's next-token row after the tokens
+    `prefix` (a tuple, () for the first position), so p and q may depend on the context;
+    law_given_drafts is `token_call_law`, `block_call_law` or any function with their signature.
+    """
+    law = {}
+    for xs in itertools.product(range(V), repeat=K):
+        p = [draft_row(xs[:t]) for t in range(K)]  # p_t given the drafts before it
+        chance = 1
+        for t, x in enumerate(xs):
+            chance = chance * p[t][x]
+        if chance == 0:
+            continue
+        q = [target_row(xs[:t]) for t in range(K + 1)]
+        for out, v in law_given_drafts(list(xs), p, q).items():
+            law[out] = law.get(out, 0) + chance * v
+    return law
+
+
+def fixed_rows(rows) -> Callable:
+    """The row function of a context-independent model position by position: prefix -> rows[len(prefix)]."""
+    return lambda prefix: rows[len(prefix)]
+
+
+def continued_law(law: dict, target_row: Callable, length: int) -> dict[tuple, object]:
+    """A call's output law continued with target draws to `length` tokens (the test of exactness: it must be the target's)."""
+    out = {}
+    for seq, v in law.items():
+        partial = {seq: v}
+        for _ in range(length - len(seq)):
+            partial = {s + (y,): w * c for s, w in partial.items() for y, c in enumerate(target_row(s)) if c > 0}
+        for s, w in partial.items():
+            out[s] = out.get(s, 0) + w
+    return out
+
+
+def target_joint_law(target_row: Callable, V: int, length: int) -> dict[tuple, object]:
+    """The target's joint law of `length` tokens: prod_t q(x_t | x_1..x_{t-1})."""
+    return continued_law({(): 1}, target_row, length)
+
+
+def expected_tokens(law: dict):
+    """Expected number of tokens a call returns (accepted drafts + 1), from its exact output law."""
+    return sum(len(out) * v for out, v in law.items())
+
+
+def random_conditionals(V: int, rng: np.random.Generator, concentration: float = 1.0) -> Callable:
+    """A model whose next-token row depends on the whole prefix: prefix -> Dirichlet row, drawn once per prefix."""
+    rows = {}
+
+    def row(prefix: tuple) -> np.ndarray:
+        if prefix not in rows:
+            rows[prefix] = rng.dirichlet(np.full(V, concentration))
+        return rows[prefix]
+
+    return row
+
+
+# ---------------------------------------------------------------- expected tokens on real rows
+
+def expected_tokens_given_drafts(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[float, float]:
+    """(token-level, block) expected tokens of one call for these drafts and rows, over the verifier's uniforms only.
+
+    Vectorised for a large V (it only needs p_i(x_i), q_i(x_i) and the sums s_i).  Averaged over
+    the calls of a run it estimates each verifier's expected tokens per target call on the
+    contexts the run visited, for both verifiers from the same draft blocks.
+    """
+    K = len(x_draft)
+    idx = np.arange(K)
+    ratio = q[idx, x_draft] / p[idx, x_draft]  # [K]
+    token = 1.0 + float(np.cumprod(np.minimum(1.0, ratio)).sum())  # 1 + sum_a P(first a accepted)
+    w = np.ones(K + 1)
+    for i in range(1, K + 1):
+        w[i] = min(1.0, w[i - 1] * ratio[i - 1])
+    s = np.maximum(w[1:K, None] * q[1:K] - p[1:K], 0.0).sum(axis=1)  # [K-1] s_1..s_{K-1}
+    d = s + 1.0 - w[1:K]
+    h = np.concatenate([[1.0], np.divide(s, d, out=np.ones(K - 1), where=d > 0), [w[K]]])
+    block = 1.0 + float(sum(i * v for i, v in enumerate(stopping_law(list(h)))))
+    return token, block
+
+
+class ExpectedTokens:
+    """A verifier that runs `verify` and adds up both verifiers' expected tokens for each call's drafts.
+
+    Pass it as a sampler's `verify`; `token` / `calls` and `block` / `calls` are then the
+    analytic tokens per target call of `mrs.verify` and `mrs.verify_block` on the run's draft
+    blocks, next to the measured one of whichever verifier ran.
+    """
+
+    def __init__(self, verify: Callable):
+        self.verify, self.calls, self.token, self.block = verify, 0, 0.0, 0.0
+
+    def __call__(self, x_draft, p, q, rng):
+        token, block = expected_tokens_given_drafts(np.asarray(x_draft), np.asarray(p, dtype=np.float64),
+                                                    np.asarray(q, dtype=np.float64))
+        self.calls, self.token, self.block = self.calls + 1, self.token + token, self.block + block
+        return self.verify(x_draft, p, q, rng)

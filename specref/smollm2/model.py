@@ -1,7 +1,7 @@
 """SmolLM2-135M in NumPy: a minimal Llama forward pass with an explicit, rollback-able KV cache.
 
 Functions in the picoGPT style, one concept each, shape comments on every def; float32 throughout.
-`SmolLM2` wraps them as a *model* in the sense of `specref.sampling`: `m(tokens) -> probs [n, V]`,
+`SmolLM2` wraps them as a *model* in the sense of `specref.protocol`: `m(tokens) -> probs [n, V]`,
 `m.next_probs(tokens, k) -> float64 [k, V]`, `m.logits(tokens) -> float32 [n, V]`.  Every call
 reuses the cache for the longest prefix it shares with the tokens already processed, rolls the
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
@@ -12,6 +12,7 @@ from typing import Callable
 
 import numpy as np
 
+from specref.protocol import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
@@ -238,21 +239,12 @@ class SmolLM2:
     def _check(self, tokens, k) -> np.ndarray:
         """Validate tokens (non-empty 1-D ids in range, within the context) and k (1..n)."""
         c = self.config
-        a = np.asarray(tokens)
-        if a.ndim != 1:
-            raise ValueError(f"tokens must be a 1-D sequence of ids, got shape {a.shape}")
-        if a.size == 0:
-            raise ValueError("tokens is empty; the model needs at least one token")
-        if not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"tokens must be integers, got dtype {a.dtype}")
-        if a.min() < 0 or a.max() >= c.vocab_size:
-            bad = a[(a < 0) | (a >= c.vocab_size)][0]
-            raise ValueError(f"token id {bad} is out of range; ids must be in [0, {c.vocab_size})")
+        a = check_tokens(tokens, c.vocab_size)
         if a.size > c.context_length:
             raise ValueError(f"{a.size} tokens exceed the model's context of {c.context_length}")
         if not 1 <= k <= a.size:
             raise ValueError(f"k = {k} rows requested from {a.size} tokens; need 1 <= k <= {a.size}")
-        return a.astype(np.int64)
+        return a
 
     def _final_states(self, tokens, k):  # [n], int -> [k, d]
         """Final hidden states of the last k positions, computing only positions not already cached."""

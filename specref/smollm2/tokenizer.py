@@ -34,8 +34,10 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from specref.protocol import check_tokens
+
+
 # llama.cpp's token types (`tokenizer.ggml.token_type`).
-TOKEN_TYPE_NORMAL = 1
 TOKEN_TYPE_CONTROL = 3
 TOKEN_TYPE_USER_DEFINED = 4
 
@@ -334,14 +336,7 @@ class Tokenizer:
 
     def check_ids(self, ids: Iterable[int]) -> list[int]:  # [n] -> [n]
         """The ids as a list of Python ints, after checking each is a token id."""
-        ids = np.asarray(list(ids) if not isinstance(ids, np.ndarray) else ids)
-        if ids.ndim != 1 or (ids.size and not np.issubdtype(ids.dtype, np.integer)):
-            raise ValueError(f"expected a 1-D sequence of integer token ids, got shape {ids.shape} "
-                             f"dtype {ids.dtype}")
-        bad = ids[(ids < 0) | (ids >= self.vocab_size)]
-        if bad.size:
-            raise ValueError(f"token id {int(bad[0])} is outside the vocabulary [0, {self.vocab_size})")
-        return ids.tolist()
+        return check_tokens(ids, self.vocab_size, "ids", allow_empty=True).tolist()
 
     def decode_bytes(self, ids: Iterable[int]) -> bytes:  # [n] -> bytes
         """The exact bytes the tokens stand for (control tokens as their text).

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from specref import drafts, warps
-from specref.sampling import next_distributions
+from specref.protocol import next_distributions
 
 
 def test_uniform_draft():

@@ -24,7 +24,7 @@ RUNS = 6_000
 
 def _sps(K, verify=mrs.verify, draft=DRAFT, target=TARGET):
     def sampler(rng):
-        return sampling.run(sampling.speculative_steps(PROMPT, draft, target, N, K, rng, verify=verify))[0]
+        return sampling.speculative_sampling(PROMPT, draft, target, N, K, rng, verify=verify)
     return sampler
 
 
@@ -63,10 +63,12 @@ def test_sequence_test_rejects_broken_verifiers(name):
 def test_dropping_the_bonus_token_is_lossless_but_shows_in_the_trace():
     # Dropping the bonus keeps the law (the next loop samples that position anyway); it
     # only wastes a target call.  The per-loop token counts expose it: never K + 1.
-    _, trace = sampling.run(sampling.speculative_steps(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0),
-                                                       verify=broken.no_bonus))
+    trace = sampling.RunStats()
+    sampling.speculative_sampling(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0), verify=broken.no_bonus,
+                                  on_step=trace.add)
     assert max(len(s.tokens) for s in trace.steps) <= 3
-    _, trace = sampling.run(sampling.speculative_steps(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0)))
+    trace = sampling.RunStats()
+    sampling.speculative_sampling(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0), on_step=trace.add)
     assert max(len(s.tokens) for s in trace.steps[:-1]) == 4  # draft == target: everything accepted
 
 
@@ -92,15 +94,20 @@ def test_greedy_sps_equals_greedy_ars():
 
 
 def test_trace_statistics():
-    x, trace = sampling.run(sampling.speculative_steps(PROMPT, DRAFT, TARGET, 200, 4, np.random.default_rng(9)))
-    assert len(x) == len(PROMPT) + 200 and trace.n_new == 200
+    trace = sampling.RunStats()
+    x = sampling.speculative_sampling(PROMPT, DRAFT, TARGET, 200, 4, np.random.default_rng(9), on_step=trace.add)
+    assert len(x) == len(PROMPT) + 200 and trace.tokens == 200
     np.testing.assert_array_equal(np.concatenate([PROMPT] + [s.tokens for s in trace.steps]), x)
-    assert trace.target_calls == len(trace.steps) and trace.draft_calls == 4 * len(trace.steps)
+    np.testing.assert_array_equal(trace.new_tokens, x[len(PROMPT):])
+    assert trace.loops == len(trace.steps) and trace.draft_calls == 4 * len(trace.steps)
     assert trace.n_drafted == 4 * len(trace.steps)
     assert all(0 <= a <= 4 for a in trace.accepted_per_iteration)
     assert 0 < trace.alpha_hat < 1 and trace.tokens_per_target_call > 1
-    x2, trace2 = sampling.run(sampling.autoregressive_steps(PROMPT, TARGET, 10, np.random.default_rng(0)))
-    assert trace2.target_calls == 10 and trace2.draft_calls == 0 and len(x2) == 12
+    # the same statistics survive a round trip through JSON rows (how a resumed benchmark adds them up)
+    assert sampling.RunStats.total([trace.counts(), sampling.RunStats().counts()]) == trace
+    trace2 = sampling.RunStats()
+    x2 = sampling.autoregressive_sampling(PROMPT, TARGET, 10, np.random.default_rng(0), on_step=trace2.add)
+    assert trace2.loops == 10 and trace2.draft_calls == 0 and len(x2) == 12
 
 
 def test_alpha_hat_estimates_alpha_under_iid_rows():
@@ -113,7 +120,8 @@ def test_alpha_hat_estimates_alpha_under_iid_rows():
             return np.tile(self.row, (k, 1))
 
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    _, trace = sampling.run(sampling.speculative_steps(PROMPT, Const(p), Const(q), 20_000, 3, np.random.default_rng(2)))
+    trace = sampling.RunStats()
+    sampling.speculative_sampling(PROMPT, Const(p), Const(q), 20_000, 3, np.random.default_rng(2), on_step=trace.add)
     assert trace.alpha_hat == pytest.approx(mrs.acceptance_rate(p, q), abs=0.01)
 
 
@@ -142,15 +150,10 @@ def test_a_model_returning_the_wrong_shape_is_named():
                                          np.random.default_rng(0))
 
 
-def test_timed_generation_counts_and_stops():
-    greedy = Warp(0.0)
-    ars = sampling.timed_generation(PROMPT, TARGET, None, 0, greedy, 30, np.random.default_rng(0))
-    sps = sampling.timed_generation(PROMPT, TARGET, TARGET, 3, greedy, 30, np.random.default_rng(1))
-    assert ars.tokens == sps.tokens and len(ars.tokens) == 30  # greedy: identical, exactly N
-    assert ars.loops == 30 and ars.draft_calls == 0 and np.isnan(ars.alpha_hat)
-    assert sps.draft_calls == 3 * sps.loops and sps.loops == 8 and sps.n_accepted == sps.n_examined == 24  # all accepted
-    assert sps.seconds >= sps.target_seconds >= 0
+def test_on_step_returning_true_ends_the_run():
     seen = []
-    stopped = sampling.timed_generation(PROMPT, TARGET, DRAFT, 3, Warp(1.0), 30, np.random.default_rng(2),
-                                        stop=lambda new: len(new) >= 5, on_step=seen.append)
-    assert 5 <= len(stopped.tokens) <= 5 + 3 and len(seen) == stopped.loops
+    x = sampling.speculative_sampling(PROMPT, DRAFT, TARGET, 30, 3, np.random.default_rng(2),
+                                      on_step=lambda step: seen.append(step) or len(seen) == 2)
+    assert len(seen) == 2 and len(x) == len(PROMPT) + sum(len(s.tokens) for s in seen)
+    x = sampling.autoregressive_sampling(PROMPT, TARGET, 30, np.random.default_rng(2), on_step=lambda step: True)
+    assert len(x) == len(PROMPT) + 1

@@ -112,7 +112,7 @@ def test_a_gguf_whose_tensor_data_was_cut_short_is_a_clear_error(smollm2, tmp_pa
 # --- the real model -----------------------------------------------------------------------------
 
 def test_chat_sanity_check_capital_of_france(smollm2):
-    """FACTS.md: greedy decoding of the ChatML prompt gives the known answer."""
+    """Greedy decoding of the ChatML prompt gives the known answer."""
     tok = smollm2.tokenizer
     x = list(tok.chat(FRANCE))
     n_prompt = len(x)

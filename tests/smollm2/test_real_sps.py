@@ -16,7 +16,7 @@ import pytest
 from specref.proof import broken, stats
 from specref.apps import demo
 from specref import drafts, mrs, sampling
-from specref.sampling import next_distributions
+from specref.protocol import next_distributions
 from specref.warps import Warped
 
 PROMPTS = [
@@ -77,7 +77,7 @@ def _first_tokens(setup, verify, n=3000, seed=0):
     rng = np.random.default_rng(seed)
     counts = Counter()
     for _ in range(n):
-        out = sampling.run(sampling.speculative_steps(x, draft, target, 1, 2, rng, verify=verify))[0]
+        out = sampling.speculative_sampling(x, draft, target, 1, 2, rng, verify=verify)
         counts[(int(out[len(x)]),)] += 1
     return counts
 
@@ -108,9 +108,9 @@ def test_demo_workloads_run_and_agree(smollm2, prompt_ids):
         ("ArS", "-", 0.8), ("SpS", "prompt-lookup", 0.8), ("SpS", "ngram", 0.8)]
     assert results[1].tokens == results[0].tokens == results[2].tokens  # greedy: identical text
     for r in results:
-        assert 1 <= len(r.tokens) <= 12 and r.ms_per_token > 0 and r.speedup > 0 and r.predicted > 0
+        assert 1 <= len(r.tokens) <= 12 and r.stats.ms_per_token > 0 and r.speedup > 0 and r.predicted > 0
         if r.method == "SpS":
-            assert 0 <= r.alpha <= 1 and 1 <= r.tokens_per_target_call <= 5
+            assert 0 <= r.stats.alpha_hat <= 1 and 1 <= r.stats.tokens_per_target_call <= 5
     text = demo.table(results)
     assert text.count("\n") == len(results) + 1 and "prompt-lookup" in text
     assert len(demo.verdicts(results)) == 4

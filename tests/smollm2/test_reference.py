@@ -89,6 +89,6 @@ def test_decoded_text_matches_reference(smollm2, continuations, name):
 
 
 def test_chat_answer_is_the_known_one(smollm2, continuations):
-    """FACTS.md sanity check: greedy ChatML answer to the capital question."""
+    """Sanity check: greedy ChatML answer to the capital question."""
     text = smollm2.tokenizer.decode(continuations["chat_capital"])
     assert text.startswith("The capital of France is Paris.<|im_end|>")

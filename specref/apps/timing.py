@@ -1,0 +1,80 @@
+"""Timed generation for the commands: wall time of the sampling loop and of the calls inside it.
+
+The algorithm module (`specref.sampling`) does no timing; this wraps its loop.  The models are
+wrapped in `Timed`, which adds up the time spent in their calls, and the loop's own wall time is
+measured around `speculative_sampling` / `autoregressive_sampling` minus the time spent in the
+caller's `on_step` (printing a streamed token is not part of sampling).  Everything lands in
+one `specref.sampling.RunStats`.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from specref import mrs
+from specref.protocol import next_distributions
+from specref.sampling import RunStats, Step, autoregressive_sampling, speculative_sampling
+from specref.warps import Warp, Warped
+
+
+class Timed:
+    """A model that counts its calls and adds up the wall time spent in them (to measure c)."""
+
+    def __init__(self, model):
+        self.model, self.calls, self.seconds = model, 0, 0.0
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        start = time.perf_counter()
+        out = next_distributions(self.model, tokens, k)
+        self.seconds += time.perf_counter() - start
+        self.calls += 1
+        return out
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.next_probs(tokens, len(tokens))
+
+    def __repr__(self) -> str:
+        return f"Timed({self.model!r})"
+
+
+def timed_generation(x: np.ndarray, target_model, draft_model, K: int, warp: Warp, N: int, rng: np.random.Generator,
+                     stop: Callable[[list[int]], bool] | None = None, on_step: Callable[[Step], object] | None = None,
+                     verify: Callable = mrs.verify) -> RunStats:
+    """ArS (draft_model None) or SpS with `warp` applied to target and draft alike, timed.
+
+    The prompt is run through the target before the clock starts (a model with a cache keeps
+    it), so the time is the sampling loop's alone.  After each step, on_step(step) is called
+    and stop(new tokens so far) may end the run early.  Returns the run's statistics with its
+    times; `stats.new_tokens` holds the tokens.
+    """
+    x = np.asarray(x)
+    next_distributions(target_model, x, 1)  # prefill, untimed
+    target = Timed(Warped(target_model, warp.temperature, warp.top_k, warp.top_p))
+    draft = None if draft_model is None else Timed(Warped(draft_model, warp.temperature, warp.top_k, warp.top_p))
+    stats = RunStats()
+    outside = 0.0  # seconds spent in the caller's callbacks, not in sampling
+    new: list[int] = []
+
+    def step_done(step: Step) -> bool:
+        nonlocal outside
+        start = time.perf_counter()
+        stats.add(step)
+        new.extend(int(t) for t in step.tokens)
+        if on_step is not None:
+            on_step(step)
+        end = stop is not None and bool(stop(new))
+        outside += time.perf_counter() - start
+        return end
+
+    start = time.perf_counter()
+    if draft is None:
+        autoregressive_sampling(x, target, N, rng, on_step=step_done)
+    else:
+        speculative_sampling(x, draft, target, N, K, rng, verify=verify, on_step=step_done)
+    stats.seconds = time.perf_counter() - start - outside
+    stats.target_seconds = target.seconds
+    stats.draft_seconds = draft.seconds if draft is not None else 0.0
+    return stats
