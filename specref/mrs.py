@@ -26,6 +26,19 @@ p(x | x_1..x_{n+t-1}) is p[t-1], and the target after all K drafts is q[K].
     13      end for
     14      If all K were accepted, sample x_{n+K+1} ~ q(x | x_1..x_n, x~_1..x~_K), n <- n + 1
 
+Block verification (Sun, Mendlovic, Leviathan et al., "Block Verification Accelerates
+Speculative Decoding", ICLR 2025, their Algorithm 2) takes the same inputs and decides on the
+whole block at once; `verify_block` implements it.  Steps as restated, in our letters, in
+BLOCK_VERIFICATION.md (1-based: p_i is p[i-1], q_i is q[i-1], q_{K+1} is q[K], x_i is x_draft[i-1]):
+    1   w_0 = 1; for i = 1..K: w_i = min(1, w_{i-1} * q_i(x_i) / p_i(x_i))
+    2   for i = 1..K-1: r_i(x) = max(0, w_i * q_{i+1}(x) - p_{i+1}(x)), s_i = sum_x r_i(x),
+        h_i = s_i / (s_i + 1 - w_i) (1 when the denominator is 0); h_0 = 1, h_K = w_K
+    3   tau = the largest i in 0..K with eta_i <= h_i, eta_1..eta_K independent uniforms
+    4   output x_1..x_tau, then one token from q_{K+1} if tau = K, else from
+        norm(max(0, w_tau * q_{tau+1} - p_{tau+1})) (for tau = 0 the usual (q_1 - p_1)_+)
+It keeps the output exactly distributed as the target and maximises the expected number of
+tokens per call (never below `verify`'s) among verifiers that see only these rows.
+
 Randomness.  `rng` is anything whose random() returns a float u in [0, 1), such as
 np.random.default_rng(seed); nothing else of it is used.  verify draws, in this order:
     for t = 0, 1, ..., K-1:
@@ -34,6 +47,13 @@ np.random.default_rng(seed); nothing else of it is used.  verify draws, in this 
         zero), which is the residual draw, and stop;
     if all K were accepted, one rng.random() for sample(q[K]), the bonus token.
 A rejection at position t therefore uses t + 2 uniforms, accepting all K uses K + 1.
+verify_block draws, in this order:
+    for i = K, K-1, ..., 1 (the stopping coins, last position first):
+        one rng.random() = eta_i; if eta_i < h_i, then tau = i and the scan stops;
+    if no coin came up, tau = 0 (h_0 = 1 needs no coin);
+    then one rng.random() for the last token: sample(q[K]) if tau = K, the bonus token,
+    else sample(max(0, w_tau q[tau] - p[tau])) (q[tau] if that is all zero), the residual draw.
+Stopping at tau >= 1 therefore uses K - tau + 2 uniforms, tau = 0 uses K + 1.
 verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); mrs is one step
 of verify (one uniform, plus one for the residual on rejection); verify_greedy draws none.
 
@@ -53,6 +73,16 @@ Numerical choices, made on purpose:
 - accept iff u < q(x) / p(x) with u in [0, 1): the strict `<` means a token with
   q(x) = 0 is never accepted, even if u = 0 is drawn;
 - p(x) = 0 for a drafted token is an error (it could not have been drawn from p);
+- verify_block: a coin eta_i comes up iff eta_i < h_i (strict, like the accept test: the
+  same law as the paper's <=, and h_i = 0 never stops there).  w_i is computed without
+  dividing by anything that can be 0 and without forming q / p when w_{i-1} q_i(x_i) >= p_i(x_i)
+  (then w_i = 1), so it cannot overflow or become NaN; q_i(x_i) = 0 makes w_i and every later
+  w, r, s and h exactly 0, so x_i is never accepted.  A w_i below the smallest float64
+  (about 5e-324) rounds to 0, which changes stopping probabilities by about that much.  When
+  s_i + 1 - w_i = 0 (w_i = 1 and p_{i+1} == q_{i+1}), h_i = 1 as the paper defines it; then
+  (in exact arithmetic) w_{i+1} = 1 and h_{i+1} = 1 as well, so the scan stops above i and
+  the residual at i (all zero) is not needed; if rounding ever asks for it, it falls back to
+  q[i] like `residual`, never NaN;
 - when p == q the residual max(0, q - p) is all zeros (0 / 0 after normalising): it is
   never needed (acceptance is certain), and `residual` returns q instead of NaN;
 - every computation is in float64; inputs must be valid distributions up to TOL.
@@ -271,6 +301,57 @@ def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
             out.append(sample(_excess(p[t], q[t]), rng))  # line 12: else x_{n+t} ~ (q - p)_+, exit the loop
             return np.array(out, dtype=np.int64)
     out.append(sample(q[K], rng))  # line 14: all K accepted: extra token x_{n+K+1} ~ q[K]
+    return np.array(out, dtype=np.int64)
+
+
+def _block_weights(x_draft: np.ndarray, p: np.ndarray,
+                   q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # [K], [K, V], [K+1, V] -> [K+1], [K+1], [K, V]
+    # Steps 1-2 of block verification on checked inputs: w [K+1] (w[i] = w_i), h [K+1]
+    # (h[i] = h_i) and the unnormalised residuals r [K, V], r[i] = max(0, w_i q_{i+1} - p_{i+1})
+    # (row i is the paper's r_i; row 0 is (q_1 - p_1)_+ since w_0 = 1).
+    K = x_draft.shape[0]
+    p_x = p[np.arange(K), x_draft]  # [K] p_i(x_i)
+    q_x = q[np.arange(K), x_draft]  # [K] q_i(x_i)
+    w = np.ones(K + 1)  # step 1: w_0 = 1
+    for i in range(1, K + 1):
+        carried = w[i - 1] * q_x[i - 1]  # w_{i-1} q_i(x_i)
+        # step 1: w_i = min(1, w_{i-1} q_i(x_i) / p_i(x_i)); divide only when the result is < 1
+        w[i] = 1.0 if carried >= p_x[i - 1] else carried / p_x[i - 1]
+    r = q[:K] * w[:K, None]  # [K, V] w_i q_{i+1}, i = 0..K-1
+    r -= p
+    np.maximum(r, 0.0, out=r)  # step 2: r_i(x) = max(0, w_i q_{i+1}(x) - p_{i+1}(x))
+    s = r.sum(axis=1)  # [K] s_i
+    denominator = s + (1.0 - w[:K])  # [K] s_i + 1 - w_i >= 0
+    h = np.empty(K + 1)
+    h[:K] = np.divide(s, denominator, out=np.ones(K), where=denominator > 0.0)  # step 2: h_i; 1 when 0 / 0
+    h[0] = 1.0  # h_0 = 1 (also what the formula gives: s_0 / (s_0 + 0), or 0 / 0)
+    h[K] = w[K]  # h_K = w_K
+    return w, h, r
+
+
+def verify_block(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
+                 rng: np.random.Generator) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [n], 1 <= n <= K+1
+    """Block verification (Sun et al. 2025, Algorithm 2): the longest prefix the whole block allows plus one more token, distributed exactly as the target.
+
+    Requires: exactly verify's inputs (x_draft [K], K >= 1; p [K, V] with p[t, x_draft[t]] > 0;
+    q [K+1, V]).  Returns, like verify, the accepted drafts followed by one token; over the
+    drafts and rng it accepts at least as many drafts on average as verify.  Uses rng as the
+    module docstring says: stopping coins from the last position down, then one uniform for
+    the last token.
+    """
+    x_draft, p, q = _check_verify_inputs(x_draft, p, q)
+    K = x_draft.shape[0]
+    w, h, r = _block_weights(x_draft, p, q)  # steps 1-2
+    tau = 0  # step 3: h_0 = 1, so i = 0 always qualifies
+    for i in range(K, 0, -1):  # step 3: the largest i with eta_i <= h_i, scanning down from K
+        if rng.random() < h[i]:  # eta_i ~ U[0, 1); strict: h_i = 0 never stops at i
+            tau = i
+            break
+    out = [int(x) for x in x_draft[:tau]]  # step 4: keep x_1..x_tau
+    if tau == K:
+        out.append(sample(q[K], rng))  # step 4: all K kept: the bonus token from q_{K+1}
+    else:  # step 4: one token from norm(max(0, w_tau q_{tau+1} - p_{tau+1})) (sample() normalises)
+        out.append(sample(r[tau] if r[tau].sum() > 0.0 else q[tau], rng))
     return np.array(out, dtype=np.int64)
 
 

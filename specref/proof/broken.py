@@ -1,7 +1,9 @@
-"""Deliberately broken variants of `specref.mrs.verify`: the negative controls.
+"""Deliberately broken variants of `specref.mrs.verify` and `specref.mrs.verify_block`: the negative controls.
 
-Each has verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens` and
-each reproduces a bug seen in public implementations.  The distribution tests in
+Each has verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens`.  The
+token-level ones (BROKEN) reproduce bugs seen in public implementations; the block ones
+(BROKEN_BLOCK) are plausible misreadings of block verification, each of which breaks exactness
+(shown by enumeration in the suite) and each carrying its own exact law, `.law(x_draft, p, q)`.  The distribution tests in
 `tests/` and notebook 03 must reject every one of them; a test that cannot tell them
 from the real `verify` proves nothing.  Chen's letters: p = draft, q = target.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from specref.mrs import residual, sample
+from specref.proof import stats
 
 
 def _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / p[x], resample=residual,
@@ -79,3 +82,92 @@ BROKEN = {
     "greedy_draft_softmax_ratio": greedy_draft_softmax_ratio,
     "one_uniform_reused": one_uniform_reused,
 }
+
+
+# ---------------------------------------------------------------- misreadings of block verification
+
+class BlockVariant:
+    """`mrs.verify_block` with one step misread, as a sampler (call it like verify) and as an exact law (`.law`).
+
+    carry_w: w_i = min(1, w_{i-1} q_i/p_i) (True, correct) or min(1, q_i/p_i) (False);
+    h_slack: h_i = s_i / (s_i + 1 - w_i) (True, correct) or s_i / (s_i + 1) (False);
+    weighted_residual: the last token from max(0, w_tau q - p) (True, correct) or max(0, q - p);
+    choose: "largest" i with eta_i <= h_i (correct), "smallest" i >= 1 with it (0 if none),
+    or "forward": scan i = 1, 2, ... and stop before the first coin that fails.
+    """
+
+    def __init__(self, name: str, doc: str, carry_w=True, h_slack=True, weighted_residual=True, choose="largest"):
+        self.__name__, self.__doc__ = name, doc
+        self.carry_w, self.h_slack, self.weighted_residual, self.choose = carry_w, h_slack, weighted_residual, choose
+
+    def _parts(self, x_draft, p, q):  # -> h [K+1], last-token rows [K+1] (unnormalised)
+        K = len(x_draft)
+        if self.carry_w:
+            w, h, r = stats.block_weights(x_draft, p, q)
+        else:  # w_i = min(1, q_i(x_i) / p_i(x_i)): the ratio not carried along the block
+            w = [1.0] + [min(1.0, q[i][x] / p[i][x]) for i, x in enumerate(x_draft)]
+            r = [[max(0.0, w[i] * b - a) for a, b in zip(p[i], q[i])] for i in range(K)]
+            h = [1.0] + [sum(r[i]) / (sum(r[i]) + (1 - w[i])) if sum(r[i]) + (1 - w[i]) > 0 else 1.0
+                         for i in range(1, K)] + [w[K]]
+        if not self.h_slack:  # h_i = s_i / (s_i + 1)
+            h = [h[0]] + [sum(r[i]) / (sum(r[i]) + 1) for i in range(1, K)] + [h[K]]
+        if not self.weighted_residual:
+            r = [[max(0.0, b - a) for a, b in zip(p[i], q[i])] for i in range(K)]
+        last = [r[i] if sum(r[i]) > 0 else list(q[i]) for i in range(K)] + [list(q[K])]
+        return [float(v) for v in h], [np.asarray(row, dtype=np.float64) for row in last]
+
+    def _stopping_law(self, h):  # P(tau = i), i = 0..K
+        K = len(h) - 1
+        if self.choose == "largest":
+            return stats.stopping_law(h)
+        if self.choose == "smallest":
+            out, below = [0.0] * (K + 1), 1.0
+            for i in range(1, K + 1):
+                out[i], below = below * h[i], below * (1 - h[i])
+            out[0] = below
+            return out
+        out, passed = [], 1.0  # forward: coins 1..i came up, coin i+1 failed
+        for i in range(K + 1):
+            out.append(passed * (1 - (h[i + 1] if i < K else 0.0)))
+            if i < K:
+                passed *= h[i + 1]
+        return out
+
+    def law(self, x_draft, p, q) -> dict:
+        """Exact law of this variant's output for fixed drafts (like `stats.block_call_law`)."""
+        h, last = self._parts(list(x_draft), p, q)
+        law = {}
+        for tau, weight in enumerate(self._stopping_law(h)):
+            if weight > 0:
+                for y, v in enumerate(last[tau] / last[tau].sum()):
+                    if v > 0:
+                        law[tuple(int(x) for x in x_draft[:tau]) + (y,)] = weight * v
+        return law
+
+    def __call__(self, x_draft, p, q, rng):
+        x_draft = [int(x) for x in x_draft]
+        K = len(x_draft)
+        h, last = self._parts(x_draft, p, q)
+        tau = 0
+        if self.choose == "largest":
+            tau = next((i for i in range(K, 0, -1) if rng.random() < h[i]), 0)
+        elif self.choose == "smallest":
+            tau = next((i for i in range(1, K + 1) if rng.random() < h[i]), 0)
+        else:
+            while tau < K and rng.random() < h[tau + 1]:
+                tau += 1
+        return np.array(x_draft[:tau] + [sample(last[tau], rng)])
+
+
+BROKEN_BLOCK = {v.__name__: v for v in [
+    BlockVariant("residual_without_w", "The residual after stopping at tau is max(0, q - p), without the w_tau weight.",
+                 weighted_residual=False),
+    BlockVariant("h_without_slack", "h_i = s_i / (s_i + 1): the (1 - w_i) term of the denominator left out.",
+                 h_slack=False),
+    BlockVariant("smallest_qualifying", "tau is the smallest i >= 1 whose coin comes up, not the largest.",
+                 choose="smallest"),
+    BlockVariant("forward_first_failure", "Scans i = 1, 2, ... and stops at the first failed coin, like token-level.",
+                 choose="forward"),
+    BlockVariant("w_not_carried", "w_i = min(1, q_i(x_i) / p_i(x_i)): the ratio is not carried along the block.",
+                 carry_w=False),
+]}

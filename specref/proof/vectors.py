@@ -1,14 +1,14 @@
 """Portable test vectors for specref/mrs.py: `python3 -m specref.proof.vectors` rewrites mrs_vectors.json.
 
-Each vector is a named case: the inputs of one call of `mrs.verify`, `mrs.verify_lenient`,
-`mrs.verify_greedy` or `mrs.mrs`, the uniforms that call draws from its rng in the order it
+Each vector is a named case: the inputs of one call of `mrs.verify`, `mrs.verify_block`,
+`mrs.verify_lenient`, `mrs.verify_greedy` or `mrs.mrs`, the uniforms that call draws from its rng in the order it
 draws them, and the tokens it returns.  Another implementation that draws its uniforms in
 the order the module docstring of specref/mrs.py states (copied into the JSON as
 "uniform_order") must return the same tokens.  Chen's letters: p = draft, q = target.
 
 Every expected output is computed twice: by specref.mrs, and by `exact_walk` below, an
 independent replay of the documented rule in exact rational arithmetic (fractions.Fraction
-of the float64 inputs).  The generator refuses to write a vector on which the two disagree,
+of the float64 inputs; block verification's weights by `specref.proof.stats.block_weights`).  The generator refuses to write a vector on which the two disagree,
 or whose uniforms lie within MARGIN of a decision boundary (an accept ratio, or a step
 (d[0] + ... + d[i]) / sum(d) of an inverse CDF), so float rounding in any implementation
 cannot change a vector's tokens.
@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from specref import mrs
+from specref.proof import stats
 
 FORMAT = "specref-mrs-vectors"
 VERSION = 1
@@ -73,6 +74,8 @@ def replay(case: dict, module=mrs) -> dict:  # -> {"tokens": [...]} (+ "accepted
         args = (np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]), np.array(case["q"]), rng)
         if function == "verify":
             tokens = module.verify(*args)
+        elif function == "verify_block":
+            tokens = module.verify_block(*args)
         elif function == "verify_lenient":
             tokens = module.verify_lenient(*args, case["lenience"])
         else:
@@ -134,6 +137,8 @@ def exact_walk(case: dict) -> tuple[dict, list[str], float]:
         tokens.append(best[len(tokens)])
         trace = [f"target argmax per position {best}: the first {len(tokens) - 1} drafts match"]
         return {"tokens": tokens}, trace, float("inf")
+    if case["function"] == "verify_block":
+        return _exact_block_walk(case)
     single = case["function"] == "mrs"
     x_draft = [case["x"]] if single else case["x_draft"]  # [K]
     p = [case["p"]] if single else case["p"]  # [K][V]
@@ -173,6 +178,37 @@ def exact_walk(case: dict) -> tuple[dict, list[str], float]:
     return out, trace, float(margin)
 
 
+def _exact_block_walk(case: dict) -> tuple[dict, list[str], float]:
+    x_draft = case["x_draft"]
+    K = len(x_draft)
+    p = [[Fraction(v) for v in row] for row in case["p"]]
+    q = [[Fraction(v) for v in row] for row in case["q"]]
+    w, h, r = stats.block_weights(x_draft, p, q)
+    rng = ListedUniforms(case["uniforms"])
+    trace = [f"w = {[float(v) for v in w]}, h = {[round(float(v), 6) for v in h]}"]
+    tau, margin = 0, Fraction(1)
+    for i in range(K, 0, -1):  # the stopping coins, last position first
+        eta = Fraction(rng.random())
+        margin = min(margin, abs(eta - h[i]))
+        if eta < h[i]:
+            trace.append(f"i={i}: eta={float(eta)} < h={float(h[i]):.6g}: stop, keep {x_draft[:i]}")
+            tau = i
+            break
+        trace.append(f"i={i}: eta={float(eta)} >= h={float(h[i]):.6g}")
+    if tau == K:
+        last, what = q[K], f"bonus draw from q[{K}]"
+    elif sum(r[tau]) > 0:
+        last, what = r[tau], f"residual draw from max(0, w_{tau} q[{tau}] - p[{tau}])"
+    else:
+        last, what = q[tau], f"residual all zero: draw from q[{tau}]"
+    u = Fraction(rng.random())
+    y, m = _inverse_cdf(last, u)
+    margin = min(margin, m)
+    trace.append(f"tau={tau}; {what} u={float(u)} -> {y}")
+    rng.check_all_used()
+    return {"tokens": list(x_draft[:tau]) + [y]}, trace, float(margin)
+
+
 # ---------------------------------------------------------------- the vectors
 
 # Chen's letters: p = draft, q = target.  Rows of 4 tokens with distinct accept ratios.
@@ -192,6 +228,11 @@ def _sparse(V: int, mass: dict[int, float]) -> list[float]:
 def _verify(name, about, x_draft, p, q, uniforms, **extra) -> dict:
     return {"name": name, "function": "verify", "about": about, "x_draft": x_draft, "p": p, "q": q,
             "uniforms": uniforms, **extra}
+
+
+def _block(name, about, x_draft, p, q, uniforms) -> dict:
+    return {"name": name, "function": "verify_block", "about": about, "x_draft": x_draft, "p": p, "q": q,
+            "uniforms": uniforms}
 
 
 def cases() -> list[dict]:
@@ -231,6 +272,32 @@ def cases() -> list[dict]:
         _verify("large_vocabulary_two_level", f"V = {V} > 1024: sample works in blocks of 256; draft 256 rejected "
                 "(q/p = 0.6), residual on tokens 255, 511, 1024 (the last, in a padded block)",
                 [256], big_p, big_q, [0.7, 0.35]),
+        _block("block_accept_all_with_bonus", "h_3 = w_3 = 0.6 and eta_3 = 0.3: all three drafts kept, bonus from q[3]",
+               [0, 2, 1], [P0, P1, P2], [Q0, Q1, Q2, Q3], [0.3, 0.65]),
+        _block("block_stop_at_one", "coins 3 and 2 fail, coin 1 (h_1 = 1/6) comes up; residual max(0, 0.75 q[1] - p[1]) "
+               "is one-hot on token 0", [0, 2, 1], [P0, P1, P2], [Q0, Q1, Q2, Q3], [0.9, 0.5, 0.1, 0.5]),
+        _block("block_weighted_residual", "coin 2 (h_2 = 1/6) comes up with w_2 = 0.75: the residual max(0, 0.75 q[2] - p[2]) "
+               "is one-hot on token 3 (without the weight it would give token 2 a quarter)", [0, 2, 1], [P0, P1, P2],
+               [Q0, Q1, Q2, Q3], [0.9, 0.1, 0.1]),
+        _block("block_tau_zero", "every coin fails: tau = 0 and the residual is the usual (q[0] - p[0])_+ = [0, .75, 0, .25]",
+               [0, 2, 1], [P0, P1, P2], [Q0, Q1, Q2, Q3], [0.9, 0.5, 0.5, 0.5]),
+        _block("block_keeps_what_token_level_may_reject", "q/p = 0.5 for draft 0 (verify keeps it half the time), "
+               "but w_2 = min(1, 0.5 * 2) = 1 so h_2 = 1: both drafts are always kept", [2, 0, 0], [P0, P1, P2],
+               [Q0, Q1, Q2, Q3], [0.7, 0.99, 0.3]),
+        _block("block_toy_example", "the paper's toy example (draft (2/3, 1/3), target (1/3, 2/3)), drafts a b: w = 1, 1/2, 1, "
+               "so h_2 = 1 and both are kept", [0, 1], [[2 / 3, 1 / 3]] * 2, [[1 / 3, 2 / 3]] * 3, [0.999, 0.4]),
+        _block("block_p_equals_q", "p == q: w_i = 1, s_i = 0 (h_1 = 1 by definition, never NaN); all kept, bonus from q[K]",
+               [3, 0], [P2, Q0], [P2, Q0, Q2], [0.999, 0.35]),
+        _block("block_disjoint_supports", "q(x) = 0 for every draft: every w, h is 0 and even eta = 0.001 fails; residual q",
+               [0, 1], [[0.5, 0.5, 0.0, 0.0]] * 2, [[0.0, 0.0, 0.3, 0.7]] * 3, [0.25, 0.001, 0.2]),
+        _block("block_one_hot_q", "q one-hot: draft 0 matches (w_1 = 1, h_1 = 1), draft 1 does not (w_2 = 0); "
+               "greedy's tokens", [3, 2], [P0, P1], [[0.0, 0.0, 0.0, 1.0], [1.0, 0.0, 0.0, 0.0], [0.0, 1.0, 0.0, 0.0]],
+               [0.5, 0.999, 0.6]),
+        _block("block_target_zero_never_kept", "q[0](1) = 0: w and h are 0 from position 1 on; nothing is kept",
+               [1, 2], [[0.0, 0.5, 0.3, 0.2], [0.0, 0.2, 0.2, 0.6]],
+               [[0.4, 0.0, 0.3, 0.3], [0.5, 0.0, 0.25, 0.25], [0.25, 0.0, 0.5, 0.25]], [0.001, 0.001, 0.85]),
+        _block("block_large_vocabulary_two_level", f"V = {V}, K = 1: h_1 = w_1 = 0.6, eta_1 = 0.7 fails; the residual "
+               "(q - p)_+ drawn in blocks of 256", [256], big_p, big_q, [0.7, 0.35]),
         {"name": "lenient_accepts_what_exact_rejects", "function": "verify_lenient", "lenience": 0.5,
          "about": "l = 0.5: q/(l p) = 1.5 for draft 0, accepted with u = 0.8 (verify would reject it)",
          "x_draft": [0], "p": [P0], "q": [Q0, Q3], "uniforms": [0.8, 0.3]},
@@ -277,7 +344,7 @@ def build() -> dict:
         "description": [
             "Test vectors for modified rejection sampling (speculative sampling, Chen et al. 2023, Algorithm 2),",
             "written by `python3 -m specref.proof.vectors` from specref/mrs.py; Chen's letters: p = draft, q = target.",
-            "Each case calls `function` (verify, verify_lenient, verify_greedy or mrs of specref/mrs.py) on x_draft",
+            "Each case calls `function` (verify, verify_block, verify_lenient, verify_greedy or mrs of specref/mrs.py) on x_draft",
             "(or x for mrs), p, q (and lenience) with an rng whose random() returns `uniforms` in order; the call must",
             "draw exactly those uniforms and return `tokens` (and `accepted` for mrs).  `trace` shows the decisions.",
             f"No uniform lies within {MARGIN:g} of a decision boundary, so float rounding cannot change a result.",

@@ -48,7 +48,7 @@ def test_vectors_format_and_coverage():
     assert DOC["uniform_order"] == vectors.uniform_order()  # the spec text of mrs.py's docstring
     names = [c["name"] for c in DOC["cases"]]
     assert len(set(names)) == len(names)
-    assert {c["function"] for c in DOC["cases"]} == {"verify", "verify_lenient", "verify_greedy", "mrs"}
+    assert {c["function"] for c in DOC["cases"]} == {"verify", "verify_block", "verify_lenient", "verify_greedy", "mrs"}
     for name in ["accept_all_with_bonus", "reject_at_first", "reject_in_middle", "p_equals_q", "disjoint_supports",
                  "one_hot_p", "one_hot_q", "zeros_in_both_target_zero_rejected", "large_vocabulary_two_level"]:
         assert name in names
@@ -99,6 +99,13 @@ def test_a_wrong_number_of_uniforms_is_reported():
 @pytest.mark.parametrize("name", list(broken.BROKEN))
 def test_vectors_reject_every_broken_sampler(name):
     found = vectors.mismatches(DOC, SimpleNamespace(verify=broken.BROKEN[name]), only="verify")
+    print(f"{name}: {len(found)} mismatching vectors, first: {found[:1]}")
+    assert found
+
+
+@pytest.mark.parametrize("name", list(broken.BROKEN_BLOCK))
+def test_vectors_reject_every_block_misreading(name):
+    found = vectors.mismatches(DOC, SimpleNamespace(verify_block=broken.BROKEN_BLOCK[name]), only="verify_block")
     print(f"{name}: {len(found)} mismatching vectors, first: {found[:1]}")
     assert found
 
