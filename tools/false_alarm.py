@@ -1,6 +1,7 @@
 """Measure the false-alarm rate and the power of the suite's distribution tests.
 
     python3 -m tools.false_alarm [--seeds 20]
+    python3 -m tools.false_alarm --block [--seeds 200]   (block verification's tests only)
 
 Re-runs the suite's own chi-square tests (the same cases, the same sample sizes, the same
 level specref.proof.stats.LEVEL) with fresh seeds instead of the fixed ones:
@@ -42,12 +43,35 @@ def report(name, pv):
     return pv
 
 
+def block(seeds) -> None:
+    """The statistical tests of tests/core/test_mrs_block.py with fresh seeds: false alarms and power."""
+    print(f"verify_block output law, n = {tb.N_SAMPLES} per test (tests/core/test_mrs_block.py)")
+    correct = [report(f"verify_block / {case}", [tb.verify_block_pvalue(mrs.verify_block, case, s)[2] for s in seeds])
+               for case in tb.CASES]
+    print(f"whole sequences, {tb.RUNS} runs per test")
+    correct += [report(f"verify_block sequences K={K}", [tb.sequence_pvalue(mrs.verify_block, K, s)[2] for s in seeds])
+                for K in (1, 2, 3, 4)]
+    allp = np.concatenate(correct)
+    print(f"  pooled over {len(allp)} correct tests: rejected {np.mean(allp < stats.LEVEL):.4f}, "
+          f"p<0.05 {np.mean(allp < 0.05):.3f}, KS p={sps.kstest(allp, 'uniform').pvalue:.3f}")
+    print("power: misreadings, one call (case random) and whole sequences (K = 2); typical acceptance (K = 3)")
+    for name, f in broken.BROKEN_BLOCK.items():
+        report(f"call {name}", [tb.verify_block_pvalue(f, "random", s)[2] for s in seeds])
+        report(f"sequences {name}", [tb.sequence_pvalue(f, 2, s)[2] for s in seeds])
+    report("sequences lossy.verify_typical", [tb.sequence_pvalue(lossy.verify_typical, 3, s)[2] for s in seeds])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20, help="fresh seeds per test (default 20)")
+    ap.add_argument("--block", action="store_true", help="only block verification's tests")
     args = ap.parse_args()
     seeds = range(10_000, 10_000 + args.seeds)
     t0 = time.time()
+    if args.block:
+        block(seeds)
+        print(f"\n{time.time() - t0:.0f} s")
+        return
     print(f"verify output law, n = {tm.N_SAMPLES} per test (tests/core/test_mrs.py)")
     correct = [report(f"verify / {case}", [verify_pvalue(mrs.verify, case, s) for s in seeds]) for case in tm.CASES]
     allp = np.concatenate(correct)

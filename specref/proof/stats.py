@@ -191,7 +191,7 @@ def block_weights(x_draft, p, q) -> tuple[list, list, list]:  # [K], [K][V], [K+
     h = [1 + 0 * w[0]]  # h_0 = 1
     for i in range(1, K):
         s = sum(r[i])
-        h.append(s / (s + 1 - w[i]) if s + 1 - w[i] > 0 else 1 + 0 * s)  # h_i; 1 when 0 / 0
+        h.append(s / (s + (1 - w[i])) if s + (1 - w[i]) > 0 else 1 + 0 * s)  # h_i; 1 when 0 / 0
     h.append(w[K])  # h_K = w_K
     return w, h, r
 
@@ -297,7 +297,7 @@ def expected_tokens_given_drafts(x_draft: np.ndarray, p: np.ndarray, q: np.ndarr
     for i in range(1, K + 1):
         w[i] = min(1.0, w[i - 1] * ratio[i - 1])
     s = np.maximum(w[1:K, None] * q[1:K] - p[1:K], 0.0).sum(axis=1)  # [K-1] s_1..s_{K-1}
-    d = s + 1.0 - w[1:K]
+    d = s + (1.0 - w[1:K])
     h = np.concatenate([[1.0], np.divide(s, d, out=np.ones(K - 1), where=d > 0), [w[K]]])
     block = 1.0 + float(sum(i * v for i, v in enumerate(stopping_law(list(h)))))
     return token, block

@@ -1,0 +1,75 @@
+"""The exact laws of specref.proof.stats checked against each other and against independent computations."""
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from specref import mrs
+from specref.proof import stats
+
+
+def _rows(seed, K, V, conc=1.0):
+    rng = np.random.default_rng(seed)
+    return rng.dirichlet(np.full(V, conc), size=K), rng.dirichlet(np.full(V, conc), size=K + 1)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_token_call_law_over_all_drafts_is_verify_law(seed):
+    p, q = _rows(seed, 3, 3, 0.5)
+    p[0] = [0.0, 0.5, 0.5]
+    law = stats.call_law(stats.token_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 3, 3)
+    reference = stats.verify_law(p, q)
+    assert law.keys() == reference.keys()
+    assert max(abs(law[k] - reference[k]) for k in law) < 1e-15
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_stopping_law_and_block_law_are_distributions(seed):
+    p, q = _rows(seed, 4, 3, 0.3)
+    x_draft = [int(np.argmax(p[t])) for t in range(4)]
+    w, h, r = stats.block_weights(x_draft, p.tolist(), q.tolist())
+    assert w[0] == 1 and all(0 <= v <= 1 for v in w + h) and h[-1] == w[-1]
+    assert sum(stats.stopping_law(h)) == pytest.approx(1.0, abs=1e-15)
+    assert sum(stats.block_call_law(x_draft, p.tolist(), q.tolist()).values()) == pytest.approx(1.0, abs=1e-15)
+    # the same weights as the NumPy code in specref.mrs
+    w2, h2, r2 = mrs._block_weights(np.array(x_draft), p, q)
+    np.testing.assert_allclose(w2, w, atol=1e-15)
+    np.testing.assert_allclose(h2, h, atol=1e-14)
+    np.testing.assert_allclose(r2, r, atol=1e-15)
+
+
+def test_stopping_law_by_hand():
+    h = [Fraction(1), Fraction(1, 2), Fraction(1, 3)]
+    assert stats.stopping_law(h) == [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3)]  # (2/3)(1/2)1, (2/3)(1/2), 1/3
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_expected_tokens_given_drafts_matches_the_exact_laws(seed):
+    K, V = 3, 4
+    p, q = _rows(seed, K, V, 0.5)
+    x_draft = np.array([np.random.default_rng(seed).choice(V, p=p[t]) for t in range(K)])
+    token, block = stats.expected_tokens_given_drafts(x_draft, p, q)
+    assert token == pytest.approx(stats.expected_tokens(stats.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
+    assert block == pytest.approx(stats.expected_tokens(stats.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
+
+
+def test_expected_tokens_recorder_averages_over_calls():
+    p, q = _rows(0, 2, 3)
+    recorder = stats.ExpectedTokens(mrs.verify_block)
+    rng = np.random.default_rng(1)
+    counts = stats.sample_verify(recorder, p, q, 4000, rng)
+    law = stats.call_law(stats.block_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 2, 3)
+    token = stats.call_law(stats.token_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 2, 3)
+    measured = sum(len(k) * c for k, c in counts.items()) / 4000
+    assert recorder.calls == 4000
+    assert recorder.block / 4000 == pytest.approx(stats.expected_tokens(law), abs=0.02)
+    assert recorder.token / 4000 == pytest.approx(stats.expected_tokens(token), abs=0.02)
+    assert measured == pytest.approx(stats.expected_tokens(law), abs=0.05)
+
+
+def test_continued_and_joint_laws():
+    q = stats.fixed_rows([[0.25, 0.75]] * 3)
+    joint = stats.target_joint_law(q, 2, 2)
+    assert joint == {(0, 0): 0.0625, (0, 1): 0.1875, (1, 0): 0.1875, (1, 1): 0.5625}
+    assert stats.continued_law({(1,): 1.0}, q, 2) == {(1, 0): 0.25, (1, 1): 0.75}
