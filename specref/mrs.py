@@ -304,29 +304,36 @@ def verify(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
     return np.array(out, dtype=np.int64)
 
 
-def _block_weights(x_draft: np.ndarray, p: np.ndarray,
-                   q: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:  # [K], [K, V], [K+1, V] -> [K+1], [K+1], [K, V]
-    # Steps 1-2 of block verification on checked inputs: w [K+1] (w[i] = w_i), h [K+1]
-    # (h[i] = h_i) and the unnormalised residuals r [K, V], r[i] = max(0, w_i q_{i+1} - p_{i+1})
-    # (row i is the paper's r_i; row 0 is (q_1 - p_1)_+ since w_0 = 1).
+def _block_w(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K, V], [K+1, V] -> [K+1]
+    # Step 1 on checked inputs: w[i] = w_i, i = 0..K.
     K = x_draft.shape[0]
-    p_x = p[np.arange(K), x_draft]  # [K] p_i(x_i)
-    q_x = q[np.arange(K), x_draft]  # [K] q_i(x_i)
-    w = np.ones(K + 1)  # step 1: w_0 = 1
+    w = np.ones(K + 1)  # w_0 = 1
     for i in range(1, K + 1):
-        carried = w[i - 1] * q_x[i - 1]  # w_{i-1} q_i(x_i)
+        x = int(x_draft[i - 1])
+        carried = w[i - 1] * q[i - 1, x]  # w_{i-1} q_i(x_i)
         # step 1: w_i = min(1, w_{i-1} q_i(x_i) / p_i(x_i)); divide only when the result is < 1
-        w[i] = 1.0 if carried >= p_x[i - 1] else carried / p_x[i - 1]
-    r = q[:K] * w[:K, None]  # [K, V] w_i q_{i+1}, i = 0..K-1
-    r -= p
-    np.maximum(r, 0.0, out=r)  # step 2: r_i(x) = max(0, w_i q_{i+1}(x) - p_{i+1}(x))
-    s = r.sum(axis=1)  # [K] s_i
-    denominator = s + (1.0 - w[:K])  # [K] s_i + 1 - w_i >= 0
-    h = np.empty(K + 1)
-    h[:K] = np.divide(s, denominator, out=np.ones(K), where=denominator > 0.0)  # step 2: h_i; 1 when 0 / 0
-    h[0] = 1.0  # h_0 = 1 (also what the formula gives: s_0 / (s_0 + 0), or 0 / 0)
-    h[K] = w[K]  # h_K = w_K
-    return w, h, r
+        w[i] = 1.0 if carried >= p[i - 1, x] else carried / p[i - 1, x]
+    return w
+
+
+def _block_residual(w_i: float, p_next: np.ndarray, q_next: np.ndarray) -> np.ndarray:  # [V], [V] -> [V] unnormalised
+    # Step 2: r_i(x) = max(0, w_i q_{i+1}(x) - p_{i+1}(x)) (p[i], q[i] here); i = 0 gives (q_1 - p_1)_+.
+    r = q_next * w_i
+    r -= p_next
+    return np.maximum(r, 0.0, out=r)
+
+
+def _block_h(i: int, w: np.ndarray, p: np.ndarray, q: np.ndarray) -> float:  # 1 <= i <= K -> h_i
+    # Step 2: h_K = w_K; h_i = s_i / (s_i + 1 - w_i) for i < K.  Two cases need no sum over the
+    # vocabulary: w_i = 0 makes r_i = 0, so h_i = 0 / 1 = 0; w_i = 1 makes it s_i / s_i = 1, or
+    # 0 / 0, which the paper defines as 1.  Otherwise 1 - w_i > 0 and the denominator is positive.
+    K = len(w) - 1
+    if i == K:
+        return float(w[K])
+    if w[i] == 0.0 or w[i] == 1.0:
+        return float(w[i])
+    s = float(_block_residual(w[i], p[i], q[i]).sum())  # s_i
+    return s / (s + (1.0 - w[i]))
 
 
 def verify_block(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
@@ -334,24 +341,26 @@ def verify_block(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
     """Block verification (Sun et al. 2025, Algorithm 2): the longest prefix the whole block allows plus one more token, distributed exactly as the target.
 
     Requires: exactly verify's inputs (x_draft [K], K >= 1; p [K, V] with p[t, x_draft[t]] > 0;
-    q [K+1, V]).  Returns, like verify, the accepted drafts followed by one token; over the
-    drafts and rng it accepts at least as many drafts on average as verify.  Uses rng as the
-    module docstring says: stopping coins from the last position down, then one uniform for
-    the last token.
+    q [K+1, V]).  Returns, like verify, the kept drafts followed by one token; over the drafts
+    and rng it keeps at least as many drafts on average as verify.  Uses rng as the module
+    docstring says: stopping coins from the last position down, then one uniform for the last
+    token.  h_i is computed only for the coins drawn (the scan usually stops early), which
+    changes the cost, not the result.
     """
     x_draft, p, q = _check_verify_inputs(x_draft, p, q)
     K = x_draft.shape[0]
-    w, h, r = _block_weights(x_draft, p, q)  # steps 1-2
+    w = _block_w(x_draft, p, q)  # step 1
     tau = 0  # step 3: h_0 = 1, so i = 0 always qualifies
     for i in range(K, 0, -1):  # step 3: the largest i with eta_i <= h_i, scanning down from K
-        if rng.random() < h[i]:  # eta_i ~ U[0, 1); strict: h_i = 0 never stops at i
+        if rng.random() < _block_h(i, w, p, q):  # eta_i ~ U[0, 1) against step 2's h_i; strict: h_i = 0 never stops
             tau = i
             break
     out = [int(x) for x in x_draft[:tau]]  # step 4: keep x_1..x_tau
     if tau == K:
         out.append(sample(q[K], rng))  # step 4: all K kept: the bonus token from q_{K+1}
-    else:  # step 4: one token from norm(max(0, w_tau q_{tau+1} - p_{tau+1})) (sample() normalises)
-        out.append(sample(r[tau] if r[tau].sum() > 0.0 else q[tau], rng))
+        return np.array(out, dtype=np.int64)
+    r = _block_residual(w[tau], p[tau], q[tau])  # step 4: norm(max(0, w_tau q_{tau+1} - p_{tau+1}))
+    out.append(sample(r if r.sum() > 0.0 else q[tau], rng))  # sample() normalises; all zero: q (documented)
     return np.array(out, dtype=np.int64)
 
 

@@ -33,10 +33,11 @@ def test_stopping_law_and_block_law_are_distributions(seed):
     assert sum(stats.stopping_law(h)) == pytest.approx(1.0, abs=1e-15)
     assert sum(stats.block_call_law(x_draft, p.tolist(), q.tolist()).values()) == pytest.approx(1.0, abs=1e-15)
     # the same weights as the NumPy code in specref.mrs
-    w2, h2, r2 = mrs._block_weights(np.array(x_draft), p, q)
+    w2 = mrs._block_w(np.array(x_draft), p, q)
     np.testing.assert_allclose(w2, w, atol=1e-15)
-    np.testing.assert_allclose(h2, h, atol=1e-14)
-    np.testing.assert_allclose(r2, r, atol=1e-15)
+    np.testing.assert_allclose([mrs._block_h(i, w2, p, q) for i in range(1, 5)], h[1:], atol=1e-14)
+    for i in range(4):
+        np.testing.assert_allclose(mrs._block_residual(w2[i], p[i], q[i]), r[i], atol=1e-15)
 
 
 def test_stopping_law_by_hand():
