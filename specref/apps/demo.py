@@ -6,6 +6,12 @@ bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per 
 call, the time of one target call, the speedup measured over ArS with the same sampling
 settings, and the speedup Leviathan's model predicts from the measured alpha, the draft's
 cost c and the measured cost of scoring K + 1 tokens in one call (see `predict`).
+
+`--verify block` runs SpS with block verification (`specref.mrs.verify_block`) instead of
+token-level verification (`specref.mrs.verify`).  Either way, every SpS call's drafts and rows
+also give both verifiers' expected tokens per call, exactly, over the verifier's own
+randomness (`specref.proof.stats.ExpectedTokens`; its time is not counted as sampling): the
+columns "E token" and "E block" are their averages over the run's calls.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from specref import speedup
 from specref.apps import options
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.model import load_smollm2
-from specref.apps.timing import timed_generation
+from specref.apps.timing import VERIFIERS, timed_generation
+from specref.proof.stats import ExpectedTokens
 from specref.sampling import RunStats, Step
 from specref.warps import Warp
 
@@ -58,6 +65,9 @@ class Result:
     top_p: float | None
     tokens: list[int]  # generated tokens up to and including eos (prompt excluded)
     stats: RunStats  # counts and times of the sampling loop
+    verify: str = "token"  # the SpS verifier (options.VERIFIERS); "-" for ArS
+    expected_token: float = float("nan")  # token-level verification's expected tokens per call on these drafts
+    expected_block: float = float("nan")  # block verification's, on the same drafts and rows
     speedup: float = float("nan")  # over ArS with the same warp, same run
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
 
@@ -69,16 +79,22 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
-             top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None) -> Result:
-    """One run of ArS or SpS from prompt_ids, stopping after max_new_tokens or at eos (kept)."""
+             top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
+             verify: str = "token") -> Result:
+    """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept)."""
     # the n-gram is a trigram fitted on the prompt's own tokens
     draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
+    expected = ExpectedTokens(VERIFIERS[verify])
     stats = timed_generation(np.array(prompt_ids), model, draft, K, Warp(temperature, None, top_p), max_new_tokens,
-                             np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step)
+                             np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
+                             verify=expected)
+    stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
+    calls = expected.calls or float("nan")
     return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p,
-                  until_eos(stats.new_tokens, eos), stats)
+                  until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
+                  expected.token / calls, expected.block / calls)
 
 
 class Printer:
@@ -111,12 +127,13 @@ def predict(result: Result, base: Result) -> float:
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'method':6} {'draft':13} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
-           f"{'tok/call':>8} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
+    head = f"{'method':6} {'draft':13} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+           f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:6} {r.draft:13} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
+        rows.append(f"{r.method:6} {r.draft:13} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
                     f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
+                    f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
                     f"{r.stats.target_ms_per_call:7.1f} "
                     f"{r.speedup:7.2f}x "
                     f"{r.predicted:8.2f}x")
@@ -124,16 +141,18 @@ def table(results: list[Result]) -> str:
 
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
-                  printer=None, log=print) -> list[Result]:
-    """ArS then SpS with each draft, for each (temperature, top_p) setting; fills speedup and predicted."""
+                  printer=None, log=print, verify: str = "token") -> list[Result]:
+    """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted."""
     results = []
     generate(model, prompt_ids, "ArS", "-", K, 0.0, None, 4, seed)  # warm-up: first calls are slower
     for temperature, top_p in settings:
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
         base = None
         for method, name in [("ArS", "-")] + [("SpS", d) for d in draft_names]:
-            log(f"\n--- {method}{'' if method == 'ArS' else ' with ' + name + ' draft'}, K={K}, {label} ---")
-            r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer)
+            log(f"\n--- {method}{'' if method == 'ArS' else ' with ' + name + ' draft, ' + verify + ' verification'}, "
+                f"K={K}, {label} ---")
+            r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer,
+                         verify)
             base = base or r
             r.speedup = base.stats.ms_per_token / r.stats.ms_per_token
             r.predicted = predict(r, base)
@@ -151,7 +170,7 @@ def verdicts(results: list[Result]) -> list[str]:
             continue
         word = "faster" if r.speedup > 1.0 else "SLOWER"
         setting = "greedy" if r.temperature == 0 else f"T={r.temperature}, top-p={r.top_p}"
-        out.append(f"SpS with {r.draft} ({setting}) is {word} than ArS: {r.speedup:.2f}x "
+        out.append(f"SpS with {r.draft}, {r.verify} verification ({setting}) is {word} than ArS: {r.speedup:.2f}x "
                    f"(alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)")
     return out
 
@@ -168,6 +187,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nucleus mass in (0, 1] for sampled runs (default 0.95)")
     parser.add_argument("--draft", choices=options.known_drafts() + ("all",), default=None,
                         help="draft model (default: prompt-lookup and ngram)")
+    parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
+                        help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification)")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
                         help=f"tokens to generate per run, 1 to {options.CONTEXT_LENGTH - 1} (default 96)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
@@ -197,7 +218,7 @@ def run(args) -> int:
         list(DRAFTS) if args.draft == "all" else [args.draft]
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,
-                            eos=tok.eos_id, printer=Printer(tok, color))
+                            eos=tok.eos_id, printer=Printer(tok, color), verify=args.verify)
     print("\n\n" + table(results))
     print("\n".join(["", *verdicts(results)]))
     if color:

@@ -16,6 +16,12 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   not timed).  speedup: ArS's ms_per_token at
   the same temperature and top-p, in the same run, divided by this row's.
 - alpha: accepted / examined draft tokens (`Trace.alpha_hat`, Leviathan's alpha).
+- verify: the SpS verifier, `--verify token` (`specref.mrs.verify`, the default) or `block`
+  (`specref.mrs.verify_block`, block verification); it is part of the stored-results key, so
+  runs with different verifiers never mix on resume.  expected_tokens_per_call_token and
+  _block: both verifiers' expected tokens per target call, computed exactly for each call's
+  drafts and rows (`specref.proof.stats.ExpectedTokens`, not timed) and averaged over the
+  calls, beside the measured tokens_per_target_call of the verifier that ran.
 - predicted_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
   (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
@@ -64,7 +70,8 @@ from specref import speedup
 from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.fetch import fetch_pypi_member
-from specref.apps.timing import timed_generation
+from specref.apps.timing import VERIFIERS, timed_generation
+from specref.proof.stats import ExpectedTokens
 from specref.sampling import RunStats
 from specref.warps import Warp
 
@@ -131,6 +138,9 @@ class Generation:
     completion: str  # the generated text up to (not including) the stop sequence
     stopped_by: str  # "stop" (a stop sequence), "control" (e.g. <|im_end|>) or "length"
     stats: RunStats  # the loop's counts and times (its tokens: SpS may overshoot the stop by up to K)
+    expected_calls: int = 0  # verify calls whose expected tokens were added up (SpS loops)
+    expected_token: float = 0.0  # sum over those calls of token-level verification's expected tokens
+    expected_block: float = 0.0  # the same for block verification, on the same drafts and rows
 
 
 # ---- problems and their execution -----------------------------------------------------------
@@ -178,8 +188,8 @@ def truncate_at_stop(text: str, stops: Iterable[str] = STOP_SEQUENCES) -> tuple[
 # ---- generation ---------------------------------------------------------------------------
 
 def generate(prompt_ids: list[int], target, draft, method: Method, max_new_tokens: int, tokenizer,
-             rng: np.random.Generator, stop: bool = True) -> Generation:
-    """Sample a completion with `method`; stop at a stop sequence (if `stop`), a control token or the budget."""
+             rng: np.random.Generator, stop: bool = True, verify: str = "token") -> Generation:
+    """Sample a completion with `method` (SpS verified by `verify`, "token" or "block"); stop at a stop sequence (if `stop`), a control token or the budget."""
     control = set(tokenizer.special_ids.values())
 
     def done(new: list[int]) -> bool:
@@ -187,8 +197,11 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
 
     # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
     # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
+    expected = ExpectedTokens(VERIFIERS[verify])
     stats = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
-                             method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done)
+                             method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done,
+                             verify=expected)
+    stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
     new = stats.new_tokens
     stopped_by = "control" if control.intersection(new) else "stop" if stop and done(new) else "length"
     if stopped_by == "control":
@@ -196,7 +209,8 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
     completion = tokenizer.decode(new)
     if stop:
         completion = truncate_at_stop(completion)[0]
-    return Generation(completion=completion, stopped_by=stopped_by, stats=stats)
+    return Generation(completion=completion, stopped_by=stopped_by, stats=stats, expected_calls=expected.calls,
+                      expected_token=expected.token, expected_block=expected.block)
 
 
 def method_rng(seed: int, task_id: str, method: Method) -> np.random.Generator:
@@ -247,7 +261,8 @@ def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
 
 def settings_key(kind: str, method: Method, args, model_name: str) -> str:
     """What must match for a stored result to be reused: everything that changes the sample."""
-    settings = {"kind": kind, "method": dataclasses.asdict(method), "seed": args.seed,
+    settings = {"kind": kind, "method": dataclasses.asdict(method), "verify": getattr(args, "verify", "token"),
+                "seed": args.seed,
                 "max_new_tokens": args.max_new_tokens, "model": model_name,
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
                 "prompt_lookup_n": PROMPT_LOOKUP_N, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT}
@@ -299,12 +314,19 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
             predicted = (float(speedup.predicted_from_timings(alpha, m.K, c, score_cost, 1.0))
                          if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
         low, high = wilson_interval(passed, n_problems)
+        records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
+        calls = sum(r.get("expected_calls", 0) for r in records)
         rows.append({
-            "method": m.name, "draft": m.draft, "K": m.K, "temperature": m.temperature, "top_p": m.top_p,
+            "method": m.name, "draft": m.draft, "verify": records[0].get("verify") if records and m.draft else None,
+            "K": m.K, "temperature": m.temperature, "top_p": m.top_p,
             "pass_at_1": passed / n_problems if n_problems else float("nan"),
             "pass_at_1_ci95": [low, high], "passed": passed, "n_problems": n_problems,
             "ms_per_token": ms, "speedup": ars_ms / ms, "alpha": alpha if m.draft else None,
             "tokens_per_target_call": t.tokens_per_target_call,
+            "expected_tokens_per_call_token": sum(r.get("expected_token", 0.0) for r in records) / calls
+            if calls else None,
+            "expected_tokens_per_call_block": sum(r.get("expected_block", 0.0) for r in records) / calls
+            if calls else None,
             "predicted_speedup": predicted, "c": c if m.draft else None,
             "score_cost": score_cost if m.draft else None, "tokens": t.tokens,
             "ms_per_loop": 1000 * t.seconds / t.loops if t.loops else float("nan"),
@@ -364,30 +386,38 @@ def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], tas
             "tokens_per_loop_over_K_plus_1": row["tokens_per_target_call"] / (m.K + 1),
             "ms_per_loop": row["ms_per_loop"], "speedup": row["speedup"], "alpha": row["alpha"],
             "predicted_speedup": row["predicted_speedup"], "c": row["c"], "score_cost": row["score_cost"],
+            "verify": row["verify"], "tokens_per_target_call": row["tokens_per_target_call"],
+            "expected_tokens_per_call_token": row["expected_tokens_per_call_token"],
+            "expected_tokens_per_call_block": row["expected_tokens_per_call_block"],
         })
     return rows
 
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| method | draft | K | decoding | pass@1 [95% CI] | ms/token | speedup | predicted | predicted (bench) "
-             "| alpha | tokens/target call |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | draft | verify | K | decoding | pass@1 [95% CI] | ms/token | speedup | predicted "
+             "| predicted (bench) | alpha | tokens/target call | expected: token | expected: block |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decoding = "greedy" if r["temperature"] == 0 else f"T={r['temperature']:g}, top-p={r['top_p']:g}"
         low, high = r["pass_at_1_ci95"]
         alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
         lines.append(
-            f"| {r['method']} | {r['draft'] or '-'} | {r['K']} | {decoding} | "
+            f"| {r['method']} | {r['draft'] or '-'} | {r.get('verify') or '-'} | {r['K']} | {decoding} | "
             f"{r['pass_at_1']:.1%} [{low:.1%}, {high:.1%}] ({r['passed']}/{r['n_problems']}) | "
             f"{r['ms_per_token']:.1f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | "
             f"{_times(r.get('predicted_speedup_bench'))} | {alpha} | "
-            f"{r['tokens_per_target_call']:.2f} |")
+            f"{r['tokens_per_target_call']:.2f} | {_number(r.get('expected_tokens_per_call_token'))} | "
+            f"{_number(r.get('expected_tokens_per_call_block'))} |")
     return "\n".join(lines)
 
 
 def _times(value) -> str:
     return "" if value is None else f"{value:.2f}x"
+
+
+def _number(value) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 def format_sweep(rows: list[dict], new_tokens: int) -> str:
@@ -452,11 +482,14 @@ class Benchmark:
                 if m.draft is not None and m.draft not in drafts:
                     drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
                                               NGRAM_ORDER, PROMPT_LOOKUP_N)
+                verify = getattr(self.args, "verify", "token")
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
-                             stop=stop)
+                             stop=stop, verify=verify)
                 record = {"key": keys[m], "kind": kind, "task_id": problem.task_id, "method": m.label,
-                          "completion": BODY_INDENT + g.completion, "stopped_by": g.stopped_by, **g.stats.counts()}
+                          "verify": verify, "completion": BODY_INDENT + g.completion, "stopped_by": g.stopped_by,
+                          "expected_calls": g.expected_calls, "expected_token": g.expected_token,
+                          "expected_block": g.expected_block, **g.stats.counts()}
                 if execute:
                     completion = self.overrides.get(problem.task_id, record["completion"])
                     result = check_completion(problem, completion, self.limits)
@@ -501,6 +534,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=128,
                         help=f"token budget per completion, 1 to {options.CONTEXT_LENGTH - 1} (default 128)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
+    parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
+                        help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification); "
+                             "stored results are kept apart per verifier")
     parser.add_argument("--json", type=options.output_file(parents=True, suffix_not=".jsonl"), default=None,
                         help="write the results here; per-problem results go to the .jsonl beside it, "
                              "and a rerun with the same settings resumes from them")
@@ -538,6 +574,7 @@ def run(args, model=None) -> int:
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
           f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
     report: dict = {"settings": {"limit": args.limit, "K": args.K, "drafts": drafts, "seed": args.seed,
+                                 "verify": getattr(args, "verify", "token"),
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
                                  "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),
                                  "model": bench.model_name}}

@@ -19,6 +19,9 @@ from specref.protocol import next_distributions
 from specref.sampling import RunStats, Step, autoregressive_sampling, speculative_sampling
 from specref.warps import Warp, Warped
 
+# --verify's names (specref.apps.options.VERIFIERS) and the exact verifiers they select.
+VERIFIERS = {"token": mrs.verify, "block": mrs.verify_block}
+
 
 class Timed:
     """A model that counts its calls and adds up the wall time spent in them (to measure c)."""

@@ -11,6 +11,7 @@ outputs of different lengths are different outcomes.
 from __future__ import annotations
 
 import itertools
+import time
 from collections import Counter
 from typing import Callable
 
@@ -296,26 +297,31 @@ def expected_tokens_given_drafts(x_draft: np.ndarray, p: np.ndarray, q: np.ndarr
     w = np.ones(K + 1)
     for i in range(1, K + 1):
         w[i] = min(1.0, w[i - 1] * ratio[i - 1])
-    s = np.maximum(w[1:K, None] * q[1:K] - p[1:K], 0.0).sum(axis=1)  # [K-1] s_1..s_{K-1}
-    d = s + (1.0 - w[1:K])
-    h = np.concatenate([[1.0], np.divide(s, d, out=np.ones(K - 1), where=d > 0), [w[K]]])
-    block = 1.0 + float(sum(i * v for i, v in enumerate(stopping_law(list(h)))))
+    h = [1.0] + [float(w[i]) for i in range(1, K + 1)]  # w_i = 0 or 1 gives h_i = w_i (no sum needed)
+    for i in range(1, K):
+        if 0.0 < w[i] < 1.0:
+            s = float(np.maximum(w[i] * q[i] - p[i], 0.0).sum())  # s_i
+            h[i] = s / (s + (1.0 - w[i]))
+    block = 1.0 + float(sum(i * v for i, v in enumerate(stopping_law(h))))
     return token, block
 
 
 class ExpectedTokens:
     """A verifier that runs `verify` and adds up both verifiers' expected tokens for each call's drafts.
 
-    Pass it as a sampler's `verify`; `token` / `calls` and `block` / `calls` are then the
-    analytic tokens per target call of `mrs.verify` and `mrs.verify_block` on the run's draft
-    blocks, next to the measured one of whichever verifier ran.
+    Pass it as a sampler's `verify`; `token / calls` and `block / calls` are then the analytic
+    tokens per target call of `mrs.verify` and `mrs.verify_block` on the run's draft blocks,
+    next to the measured one of whichever verifier ran.  `seconds` is the time spent computing
+    them (a timed run subtracts it: it is not part of sampling).
     """
 
     def __init__(self, verify: Callable):
-        self.verify, self.calls, self.token, self.block = verify, 0, 0.0, 0.0
+        self.verify, self.calls, self.token, self.block, self.seconds = verify, 0, 0.0, 0.0, 0.0
 
     def __call__(self, x_draft, p, q, rng):
+        start = time.perf_counter()
         token, block = expected_tokens_given_drafts(np.asarray(x_draft), np.asarray(p, dtype=np.float64),
                                                     np.asarray(q, dtype=np.float64))
         self.calls, self.token, self.block = self.calls + 1, self.token + token, self.block + block
+        self.seconds += time.perf_counter() - start
         return self.verify(x_draft, p, q, rng)

@@ -28,6 +28,7 @@ BAD = {
         "--seed": [["--seed", "-1"], ["--seed", "1.5"]],
         "--cache-dir": [["--cache-dir", "{file}"], ["--cache-dir", "{file}/sub"]],
         "--color": [["--color", "purple"]],
+        "--verify": [["--verify", "typical"], ["--verify", "Block"], ["--verify"]],
     },
     "bench": {
         "--json": [["--json", "{dir}"], ["--json", "{missing}/costs.json"], ["--json", "{file}/costs.json"]],
@@ -36,6 +37,7 @@ BAD = {
         "--K": [["--K", "0"]],
         "--max-new-tokens": [["--max-new-tokens", "0"]],
         "--blas-threads": [["--blas-threads", "-1"], ["--blas-threads", "x"], ["--blas-threads=2.5"]],
+        "--verify": [["--verify", "lossy"]],
     },
     "humaneval": {
         "--limit": [["--limit", "0"], ["--limit", "165"]],
@@ -44,6 +46,7 @@ BAD = {
                      ["--drafts", "ngram,ngram"]],
         "--max-new-tokens": [["--max-new-tokens", "0"]],
         "--seed": [["--seed", "-1"]],
+        "--verify": [["--verify", "tokens"], ["--verify", ""]],
         "--json": [["--json", "{dir}"], ["--json", "{dir}/out.jsonl"], ["--json", "{file}/out.json"]],
         "--k-sweep": [["--k-sweep", "a,b"], ["--k-sweep", "0,2"], ["--k-sweep", ""], ["--k-sweep", "2,2"],
                       ["--k-sweep", "1,65"]],

@@ -151,11 +151,15 @@ def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
         for draft in he.DRAFTS:
             d = by_name(draft, tokenizer.vocab_size, lambda: [tokenizer.encode(q.canonical_solution)
                                                                    for q in problems if q is not p])
-            sps = he.generate(prompt, code_model, d, he.Method(draft, 3, *he.GREEDY), 40, tokenizer,
-                              np.random.default_rng(2))
-            assert sps.completion == ars.completion, (p.task_id, draft)
-            assert sps.stats.loops < sps.stats.tokens or draft == "uniform" or sps.stats.n_accepted == 0
-            assert 0 <= sps.stats.n_accepted <= sps.stats.n_examined <= sps.stats.n_drafted == 3 * sps.stats.loops
+            for verify in ("token", "block"):
+                sps = he.generate(prompt, code_model, d, he.Method(draft, 3, *he.GREEDY), 40, tokenizer,
+                                  np.random.default_rng(2), verify=verify)
+                assert sps.completion == ars.completion, (p.task_id, draft, verify)
+                assert sps.stats.loops < sps.stats.tokens or draft == "uniform" or sps.stats.n_accepted == 0
+                assert 0 <= sps.stats.n_accepted <= sps.stats.n_examined <= sps.stats.n_drafted == 3 * sps.stats.loops
+                # one-hot rows: both verifiers expect exactly the tokens greedy produces
+                assert sps.expected_calls == sps.stats.loops
+                assert sps.expected_token == pytest.approx(sps.expected_block)
 
 
 def test_ngram_draft_leaves_its_own_problem_out(problems, tokenizer):
@@ -198,6 +202,24 @@ def test_run_resumes_from_its_jsonl(tmp_path, code_model):
     code_model.calls = 0
     assert he.run(parse(argv[:-5] + ["--seed", "7", "--json", str(out), "--timeout", "5", "--no-bench-costs"]), model=code_model) == 0
     assert code_model.calls > 0
+
+
+def test_verifiers_are_kept_apart_on_resume(tmp_path, code_model):
+    out = tmp_path / "he.json"
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out),
+            "--timeout", "5", "--no-bench-costs"]
+    assert he.run(parse(argv), model=code_model) == 0
+    code_model.calls = 0
+    assert he.run(parse(argv + ["--verify", "block"]), model=code_model) == 0
+    assert code_model.calls > 0  # not taken from the token-level results
+    records = [json.loads(line) for line in (tmp_path / "he.jsonl").read_text().splitlines()]
+    assert len(records) == 2 * 4 and len({r["key"] for r in records}) == 8
+    rows = json.loads(out.read_text())["rows"]
+    assert {r["verify"] for r in rows if r["method"] == "SpS"} == {"block"}
+    assert json.loads(out.read_text())["settings"]["verify"] == "block"
+    for r in rows:
+        if r["method"] == "SpS":
+            assert r["expected_tokens_per_call_block"] >= 1 and r["expected_tokens_per_call_token"] >= 1
 
 
 def test_k_sweep(tmp_path, code_model):
