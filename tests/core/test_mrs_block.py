@@ -140,6 +140,20 @@ def test_greedy_inputs_give_verify_greedys_tokens():
                                       mrs.verify_greedy(x_draft, q))
 
 
+def test_with_a_one_hot_draft_block_verification_is_token_level():
+    # A deterministic draft (prompt lookup, a greedy draft) gives w_i = q_1(x_1)...q_i(x_i), the chance that
+    # token-level keeps the first i drafts, and h_i makes the stopping law the same: nothing to gain.
+    rng = np.random.default_rng(3)
+    for _ in range(50):
+        K, V = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        q = rng.dirichlet(np.full(V, 0.5), K + 1)
+        x_draft = rng.integers(0, V, K)
+        p = np.eye(V)[x_draft]
+        token = stats.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())
+        block = stats.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())
+        assert _max_error(token, block) < 1e-15
+
+
 def test_numerical_edges():
     V, K = 4, 3
     rng = np.random.default_rng(0)
