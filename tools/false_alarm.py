@@ -20,8 +20,9 @@ import numpy as np
 from scipy import stats as sps
 
 import tests.core.test_mrs as tm
+import tests.core.test_mrs_block as tb
 import tests.core.test_sampling as ts
-from specref.proof import broken, stats
+from specref.proof import broken, lossy, stats
 from specref import mrs
 
 
