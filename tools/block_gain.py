@@ -1,0 +1,80 @@
+"""Exact expected tokens per target call of token-level and block verification, side by side.
+
+    python3 -m tools.block_gain
+
+Everything here is computed by enumeration (`specref.proof.stats`), no sampling:
+- the block-verification paper's toy example (binary vocabulary, draft (2/3, 1/3), target
+  (1/3, 2/3), context-independent) for K = 1..8, in exact fractions;
+- context-dependent models over V = 3 tokens (every prefix has its own Dirichlet(0.5) row),
+  with drafts of three qualities: draft = lam * target + (1 - lam) * another such model, for
+  K = 2, 4, 8, averaged over 5 random pairs; and the same with a one-hot draft (the target's
+  most likely token, as prompt lookup or a greedy draft gives), where block verification
+  provably gains nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import numpy as np
+
+from specref.proof import stats
+
+
+def expected_both(draft_row, target_row, K: int, V: int) -> tuple[float, float]:
+    """(token-level, block) expected tokens per call, summed over every draft block."""
+    token = block = 0.0
+    for xs in itertools.product(range(V), repeat=K):
+        p = np.array([draft_row(xs[:t]) for t in range(K)])
+        chance = float(np.prod(p[np.arange(K), xs]))
+        if chance == 0.0:
+            continue
+        q = np.array([target_row(xs[:t]) for t in range(K + 1)])
+        t, b = stats.expected_tokens_given_drafts(np.array(xs), p, q)
+        token, block = token + chance * t, block + chance * b
+    return token, block
+
+
+def toy() -> None:
+    print("toy example (draft (2/3, 1/3), target (1/3, 2/3)): accepted drafts per call")
+    print("| K | token-level | block | gain |")
+    print("|---|---|---|---|")
+    for K in range(1, 9):
+        p = stats.fixed_rows([[Fraction(2, 3), Fraction(1, 3)]] * K)
+        q = stats.fixed_rows([[Fraction(1, 3), Fraction(2, 3)]] * (K + 1))
+        token = stats.expected_tokens(stats.call_law(stats.token_call_law, p, q, K, 2)) - 1
+        block = stats.expected_tokens(stats.call_law(stats.block_call_law, p, q, K, 2)) - 1
+        print(f"| {K} | {token} = {float(token):.3f} | {block} = {float(block):.3f} | {float(block / token - 1):+.1%} |")
+
+
+def mixture(a, b, lam):
+    return lambda prefix: lam * a(prefix) + (1 - lam) * b(prefix)
+
+
+def one_hot_of(model, V):
+    return lambda prefix: np.eye(V)[int(np.argmax(model(prefix)))]
+
+
+def context_dependent(V: int = 3, pairs: int = 5) -> None:
+    print(f"\ncontext-dependent models, V = {V}, mean over {pairs} random pairs: tokens per call")
+    print("| draft | alpha (first position) | K | token-level | block | gain |")
+    print("|---|---|---|---|---|---|")
+    for label, make in [("lam = 0.5", lambda t, o: mixture(t, o, 0.5)), ("lam = 0.8", lambda t, o: mixture(t, o, 0.8)),
+                        ("lam = 0.95", lambda t, o: mixture(t, o, 0.95)), ("one-hot", lambda t, o: one_hot_of(t, V))]:
+        for K in (2, 4, 8):
+            token = block = alpha = 0.0
+            for seed in range(pairs):
+                rng = np.random.default_rng(seed)
+                target = stats.random_conditionals(V, rng, 0.5)
+                other = stats.random_conditionals(V, rng, 0.5)
+                draft = make(target, other)
+                t, b = expected_both(draft, target, K, V)
+                token, block = token + t / pairs, block + b / pairs
+                alpha += float(np.minimum(draft(()), target(())).sum()) / pairs
+            print(f"| {label} | {alpha:.2f} | {K} | {token:.3f} | {block:.3f} | {block / token - 1:+.1%} |", flush=True)
+
+
+if __name__ == "__main__":
+    toy()
+    context_dependent()
