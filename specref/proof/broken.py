@@ -73,6 +73,33 @@ def one_uniform_reused(x_draft, p, q, rng):
     return _loop(x_draft, p, q, Frozen())
 
 
+def residual_only_rejected_entry(x_draft, p, q, rng):
+    """After rejecting x draws from q with only x's own entry adjusted (max(0, q(x) - p(x)) = 0),
+    the other entries left at q(y) instead of max(0, q(y) - p(y))."""
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t][x] / p[t][x]:
+            out.append(int(x))
+            continue
+        r = np.array(q[t], dtype=np.float64)
+        r[x] = 0.0  # the one entry adjusted
+        return np.array(out + [sample(r, rng)])
+    return np.array(out + [sample(q[len(x_draft)], rng)])
+
+
+def flatter(p_row):
+    """The draft row at twice its temperature, norm(sqrt(p)): the probabilities of logits warped differently."""
+    r = np.sqrt(np.asarray(p_row, dtype=np.float64))
+    return r / r.sum()
+
+
+def draft_warped_differently(x_draft, p, q, rng):
+    """The drafts were drawn from p (the draft's logits at its temperature) but the ratio and the residual
+    use the probabilities of differently warped logits, here flatter(p): q / p is inflated for likely drafts."""
+    return _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / flatter(p)[x],
+                 resample=lambda p, q: residual(flatter(p), q))
+
+
 BROKEN = {
     "always_accept": always_accept,
     "ratio_inverted": ratio_inverted,
@@ -81,6 +108,8 @@ BROKEN = {
     "bonus_wrong_row": bonus_wrong_row,
     "greedy_draft_softmax_ratio": greedy_draft_softmax_ratio,
     "one_uniform_reused": one_uniform_reused,
+    "residual_only_rejected_entry": residual_only_rejected_entry,
+    "draft_warped_differently": draft_warped_differently,
 }
 
 
