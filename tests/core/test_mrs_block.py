@@ -72,7 +72,7 @@ def test_exact_tier_rejects_every_misreading(name):
     correct = _continued_error(stats.block_call_law, draft_row, target_row, 3, 3)
     error = _continued_error(broken.BROKEN_BLOCK[name].law, draft_row, target_row, 3, 3)
     print(f"{name}: max error of the continued law {error:.2g} (correct: {correct:.2g})")
-    assert correct < 1e-14 and error > 1e-4
+    assert correct < 1e-14 and error > 1e-6  # ten orders of magnitude above rounding
 
 
 def _forcing_uniforms(h, tau, K):
