@@ -323,17 +323,16 @@ def _block_residual(w_i: float, p_next: np.ndarray, q_next: np.ndarray) -> np.nd
     return np.maximum(r, 0.0, out=r)
 
 
-def _block_h(i: int, w: np.ndarray, p: np.ndarray, q: np.ndarray) -> float:  # 1 <= i <= K -> h_i
-    # Step 2: h_K = w_K; h_i = s_i / (s_i + 1 - w_i) for i < K.  Two cases need no sum over the
-    # vocabulary: w_i = 0 makes r_i = 0, so h_i = 0 / 1 = 0; w_i = 1 makes it s_i / s_i = 1, or
-    # 0 / 0, which the paper defines as 1.  Otherwise 1 - w_i > 0 and the denominator is positive.
+def _block_h(i: int, w: np.ndarray, p: np.ndarray, q: np.ndarray) -> tuple[float, np.ndarray | None]:  # 1 <= i <= K
+    # Step 2: h_i, and r_i when it was computed.  h_K = w_K; h_i = s_i / (s_i + 1 - w_i) for i < K.
+    # Two cases need no sum over the vocabulary: w_i = 0 makes r_i = 0, so h_i = 0 / 1 = 0; w_i = 1
+    # makes it s_i / s_i = 1, or 0 / 0, which the paper defines as 1.  Otherwise 1 - w_i > 0.
     K = len(w) - 1
-    if i == K:
-        return float(w[K])
-    if w[i] == 0.0 or w[i] == 1.0:
-        return float(w[i])
-    s = float(_block_residual(w[i], p[i], q[i]).sum())  # s_i
-    return s / (s + (1.0 - w[i]))
+    if i == K or w[i] == 0.0 or w[i] == 1.0:
+        return float(w[i]), None
+    r = _block_residual(w[i], p[i], q[i])  # r_i
+    s = float(r.sum())  # s_i
+    return s / (s + (1.0 - w[i])), r
 
 
 def verify_block(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
@@ -350,16 +349,18 @@ def verify_block(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray,
     x_draft, p, q = _check_verify_inputs(x_draft, p, q)
     K = x_draft.shape[0]
     w = _block_w(x_draft, p, q)  # step 1
-    tau = 0  # step 3: h_0 = 1, so i = 0 always qualifies
+    tau, r = 0, None  # step 3: h_0 = 1, so i = 0 always qualifies
     for i in range(K, 0, -1):  # step 3: the largest i with eta_i <= h_i, scanning down from K
-        if rng.random() < _block_h(i, w, p, q):  # eta_i ~ U[0, 1) against step 2's h_i; strict: h_i = 0 never stops
-            tau = i
+        h_i, r_i = _block_h(i, w, p, q)
+        if rng.random() < h_i:  # eta_i ~ U[0, 1) against step 2's h_i; strict: h_i = 0 never stops
+            tau, r = i, r_i
             break
     out = [int(x) for x in x_draft[:tau]]  # step 4: keep x_1..x_tau
     if tau == K:
         out.append(sample(q[K], rng))  # step 4: all K kept: the bonus token from q_{K+1}
         return np.array(out, dtype=np.int64)
-    r = _block_residual(w[tau], p[tau], q[tau])  # step 4: norm(max(0, w_tau q_{tau+1} - p_{tau+1}))
+    if r is None:  # not computed by step 2 (tau = 0, or w_tau = 0 or 1)
+        r = _block_residual(w[tau], p[tau], q[tau])  # step 4: norm(max(0, w_tau q_{tau+1} - p_{tau+1}))
     out.append(sample(r if r.sum() > 0.0 else q[tau], rng))  # sample() normalises; all zero: q (documented)
     return np.array(out, dtype=np.int64)
 

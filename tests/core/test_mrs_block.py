@@ -172,14 +172,14 @@ def test_numerical_edges():
     p = np.array([[0.25, 0.25, 0.5, 0.0]] * K)
     q = np.array([[0.5, 0.5 - 1e-200, 1e-200, 0.0]] * (K + 1))
     w = mrs._block_w(np.array([2, 2, 2]), p, q)
-    h = [mrs._block_h(i, w, p, q) for i in (1, 2, 3)]
+    h = [mrs._block_h(i, w, p, q)[0] for i in (1, 2, 3)]
     assert w[1] == 2e-200 and w[2] == 0.0 and w[3] == 0.0 and h == [0.0, 0.0, 0.0]
     assert all(len(mrs.verify_block(np.array([2, 2, 2]), p, q, rng)) <= 2 for _ in range(50))
     # huge ratios: q(x) / p(x) would overflow; w is 1 without dividing
     p = np.array([[1e-320, 1.0 - 1e-320], [0.5, 0.5]])
     q = np.array([[1.0, 0.0], [0.5, 0.5], [0.5, 0.5]])
     w = mrs._block_w(np.array([0, 0]), p, q)
-    assert list(w) == [1.0, 1.0, 1.0] and [mrs._block_h(i, w, p, q) for i in (1, 2)] == [1.0, 1.0]
+    assert list(w) == [1.0, 1.0, 1.0] and [mrs._block_h(i, w, p, q)[0] for i in (1, 2)] == [1.0, 1.0]
 
 
 def test_bad_inputs_are_named_like_verify():
