@@ -1,0 +1,768 @@
+"""Conformance check for anyone's speculative-sampling verifier: the suite's proofs pointed at other code.
+
+    from specref.proof import conform
+    report = conform.check(my_verify)            # or conform.check(f, conform.Adapter(log_probs=True), ...)
+    assert report.passed, report.text()
+
+or from a shell: `python -m specref conform MODULE:FUNCTION [options]`.
+
+The contract is `specref.mrs.verify`'s: `verify(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens`,
+the accepted prefix of the drafts plus one more token, with p the draft rows the drafts were drawn
+from and q the target rows (Chen's letters: p = draft, q = target).  `Adapter` maps the common
+other shapes onto it (a batch dimension, log-probabilities, a seed or a torch generator instead of
+a NumPy one, a function that returns the number accepted and the extra token); anything else
+takes a wrapper of a few lines.
+
+What runs, in two tiers:
+- exact, when the verifier lets uniforms be injected (it takes an object whose random() returns
+  them): the portable vectors of `specref/proof/mrs_vectors.json` (same uniforms in the documented
+  order -> same tokens), and two edge cases that need a chosen uniform: q(x) = 0 is not accepted
+  even with u = 0, and a rejection whose residual max(0, q - p) is all zero (p and q one rounding
+  apart) yields a token of the vocabulary (vLLM's advisory GHSA-8wr5-jm2h-8r4f);
+- statistical, always: chi-square goodness of fit of the output of one call against its exact
+  law on the suite's random, sharp and degenerate cases and a large vocabulary, of the number of
+  accepted drafts, and of whole sequences of `speculative_sampling` against a Markov-chain
+  target's exact law; with checks on every output seen (1 <= length <= K + 1, the drafts as
+  prefix, ids in [0, V), q(x) = 0 never kept) and p == q over a large vocabulary (no NaN, no crash,
+  every draft kept).
+
+False alarms: the chi-square checks share one family-wise level, FAMILY_LEVEL = 1e-3
+(`stats.LEVEL`): each of the m checks runs at FAMILY_LEVEL / m (Bonferroni), so a correct verifier
+fails a whole run with probability at most 1e-3 for a random seed.  The other checks cannot fail a
+correct verifier.  The seed is fixed (default 0), so a run is reproducible;
+`python3 -m tools.conform_false_alarm` measures the rate over fresh seeds.
+
+Diagnosis: when a one-call check fails, its counts are compared with the exact laws of known bugs
+(`SIGNATURES`: `specref.proof.broken`'s samplers, the lossy verifiers, the other algorithm).  The
+bug under which the counts are most likely names the failure if it is more likely than the correct
+law and than every other bug by a factor of at least e^LOG_MARGIN and the counts also fit it
+(chi-square p above FIT_LEVEL); the total variation to it and to the correct law is printed beside
+it.  (Total variation alone cannot tell a bug that adds a few impossible outcomes from the correct
+law; the likelihood can.)  A failing vector is compared with the same bugs' tokens on the vectors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from specref import mrs, sampling
+from specref.proof import broken, lossy, stats, vectors
+
+# Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).
+FAMILY_LEVEL = stats.LEVEL
+# A diagnosis needs the counts e^LOG_MARGIN (a million) times likelier under the bug's law than under
+# the correct law and under every other bug's, and to fit the bug's law: chi-square p > FIT_LEVEL.
+LOG_MARGIN = float(np.log(1e6))
+FIT_LEVEL = 1e-6
+# Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
+FLOOR = 1e-12
+# Samples per one-call check, per large-vocabulary check, and runs per whole-sequence check.
+N_CALLS = 20_000
+N_LARGE_V = 3_000
+N_SEQUENCES = 6_000
+# The large vocabulary (GPT-2's 50257): the law is checked on tokens spread across it.
+LARGE_V = 50_257
+ALGORITHMS = ("token", "block")
+
+
+# ---------------------------------------------------------------- the adapter
+
+@dataclass(frozen=True)
+class Adapter:
+    """How to call a verifier whose signature differs from `mrs.verify`'s; the defaults are verify's own."""
+
+    batch: bool = False  # takes x_draft [1, K], p [1, K, V], q [1, K+1, V] and returns [1, n] (or (counts [1], tokens [1]))
+    log_probs: bool = False  # takes log p and log q (log 0 = -inf) instead of probabilities
+    rng: str | Callable = "generator"  # "generator": an object with .random(); "seed": an int; "none": no rng
+    # argument (the function draws its own); or a callable seed -> the function's generator (a torch.Generator)
+    returns: str = "tokens"  # "tokens": [n] accepted drafts + one; "count_and_token": (number accepted, extra token)
+    array: Callable = np.asarray  # applied to each array argument (for example torch.from_numpy)
+
+    def __post_init__(self):
+        if not (callable(self.rng) or self.rng in ("generator", "seed", "none")):
+            raise ValueError(f"Adapter.rng must be 'generator', 'seed', 'none' or a callable seed -> generator, got {self.rng!r}")
+        if self.returns not in ("tokens", "count_and_token"):
+            raise ValueError(f"Adapter.returns must be 'tokens' or 'count_and_token', got {self.returns!r}")
+
+    @property
+    def injectable(self) -> bool:
+        """Whether the checker's own uniforms can reach the function (it is handed the rng object itself)."""
+        return self.rng == "generator"
+
+
+def _flat(value) -> np.ndarray:  # a NumPy array, a torch tensor, a list, a scalar -> 1-D array
+    if hasattr(value, "detach"):  # a torch tensor: np.asarray needs it on the CPU, without grad
+        value = value.detach().cpu()
+    return np.asarray(value).reshape(-1)
+
+
+def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
+    """`function` as a verifier with `mrs.verify`'s signature: (x_draft [K], p [K, V], q [K+1, V], rng) -> int64 [n]."""
+    def verify(x_draft, p, q, rng):  # [K], [K, V], [K+1, V] -> [n]
+        x_draft = np.asarray(x_draft, dtype=np.int64)
+        if adapter.log_probs:
+            with np.errstate(divide="ignore"):
+                p, q = np.log(p), np.log(q)  # log 0 = -inf
+        if adapter.batch:
+            x_draft, p, q = x_draft[None], p[None], q[None]  # [1, K], [1, K, V], [1, K+1, V]
+        args = [adapter.array(x_draft), adapter.array(p), adapter.array(q)]
+        if callable(adapter.rng):
+            args.append(adapter.rng(int(rng.integers(2**63))))
+        elif adapter.rng == "seed":
+            args.append(int(rng.integers(2**63)))
+        elif adapter.rng == "generator":
+            args.append(rng)
+        out = function(*args)
+        if adapter.returns == "count_and_token":
+            n, extra = out
+            n = int(_flat(n)[0])
+            tokens = np.append(np.asarray(x_draft).reshape(-1)[:n], _flat(extra)[:1])
+        else:
+            tokens = _flat(out[0] if adapter.batch and not np.isscalar(out) and len(out) == 1 else out)
+        return tokens
+
+    verify.__name__ = getattr(function, "__name__", "verify")
+    return verify
+
+
+class InjectedUniforms:
+    """The checker's uniforms: random() returns them in order, random(n) the next n; then `tail` for ever, or raise."""
+
+    def __init__(self, uniforms, tail: float | None = None):
+        self.uniforms, self.tail, self.used = [float(u) for u in uniforms], tail, 0
+
+    def _next(self) -> float:
+        if self.used < len(self.uniforms):
+            self.used += 1
+            return self.uniforms[self.used - 1]
+        if self.tail is None:
+            raise RuntimeError(f"asked for uniform number {self.used + 1} but only {len(self.uniforms)} are listed")
+        self.used += 1
+        return self.tail
+
+    def random(self, size=None):
+        if size is None:
+            return self._next()
+        return np.array([self._next() for _ in range(int(np.prod(size)))]).reshape(size)
+
+
+# ---------------------------------------------------------------- exact laws of known bugs
+#
+# Each is the law of one call given fixed drafts, law(x_draft, p, q) -> {output tuple: probability},
+# like stats.token_call_law; stats.call_law sums it over the drafts drawn from p.
+
+def _normalised(row) -> np.ndarray:
+    row = np.asarray(row, dtype=np.float64)
+    return row / row.sum()
+
+
+def _excess_or(p_row, q_row) -> np.ndarray:  # (q - p)+, or q when that is all zero (as mrs documents)
+    r = np.maximum(np.asarray(q_row, dtype=np.float64) - p_row, 0.0)
+    return r if r.sum() > 0 else np.asarray(q_row, dtype=np.float64)
+
+
+def _add(law: dict, prefix: tuple, row, weight: float) -> None:
+    if weight > 0:
+        for y, v in enumerate(_normalised(row)):
+            if v > 0:
+                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + weight * float(v)
+
+
+def token_law(x_draft, p, q, accept=lambda p, q, x: min(1.0, q[x] / p[x]), resample=lambda p, q, x: _excess_or(p, q),
+              bonus_row=lambda K: K, propose=None) -> dict:
+    """Law of a token-level verifier for fixed drafts with one piece swapped (the defaults are `mrs.verify`'s law).
+
+    accept(p_t, q_t, x) is the chance of keeping x; resample(p_t, q_t, x) the weights drawn after a
+    rejection; bonus_row(K) the row of the bonus token (None: no bonus); propose(p_t) replaces the draft.
+    """
+    K = len(x_draft)
+    law, path, prefix = {}, 1.0, ()
+    for t in range(K):
+        x = int(x_draft[t]) if propose is None else propose(p[t])
+        a = float(accept(p[t], q[t], x))
+        _add(law, prefix, resample(p[t], q[t], x), path * (1.0 - a))
+        path, prefix = path * a, prefix + (x,)
+        if path == 0.0:
+            return law
+    b = bonus_row(K)
+    if b is None:
+        law[prefix] = law.get(prefix, 0.0) + path
+    else:
+        _add(law, prefix, q[b], path)
+    return law
+
+
+def _inverse_cdf_mass(row, lo: float, hi: float) -> list[tuple[int, float]]:  # tokens hit by u in [lo, hi), with mass
+    c = np.cumsum(np.asarray(row, dtype=np.float64))
+    c = c / c[-1]
+    below = np.concatenate([[0.0], c[:-1]])
+    mass = np.clip(np.minimum(c, hi) - np.maximum(below, lo), 0.0, None)
+    return [(int(y), float(m)) for y, m in enumerate(mass) if m > 0]
+
+
+def one_uniform_law(x_draft, p, q) -> dict:
+    """Law of `broken.one_uniform_reused` for fixed drafts: one u decides every test and draws the last token."""
+    K = len(x_draft)
+    law, hi, prefix = {}, 1.0, ()
+    for t in range(K):
+        x = int(x_draft[t])
+        ratio = q[t][x] / p[t][x]
+        if ratio < hi:  # u in [ratio, hi): the first t accepted, x rejected; the same u draws the residual
+            for y, m in _inverse_cdf_mass(mrs.residual(p[t], q[t]), ratio, hi):
+                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
+            hi = ratio
+        prefix = prefix + (x,)
+        if hi <= 0.0:
+            return law
+    for y, m in _inverse_cdf_mass(q[K], 0.0, hi):
+        law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
+    return law
+
+
+def _ratio_or_inf(a, b) -> float:
+    return float(a / b) if b > 0 else float("inf")
+
+
+def _typical_accept(p_row, q_row, x) -> float:
+    return 1.0 if q_row[x] > lossy.typical_threshold(np.asarray(q_row)) else 0.0
+
+
+def _only_rejected_entry(p_row, q_row, x):
+    r = np.array(q_row, dtype=np.float64)
+    r[x] = 0.0
+    return r if r.sum() > 0 else np.asarray(q_row, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A known way to get verification wrong: its name, what it looks like, its exact law, and a sampler that has it."""
+
+    name: str
+    looks_like: str  # the diagnosis sentence
+    law: Callable  # law(x_draft, p, q) -> {output: probability} for fixed drafts
+    sampler: Callable  # (x_draft, p, q, rng) -> tokens, for the vectors' comparison
+
+
+def _lenient(lenience: float) -> Signature:
+    return Signature(f"lenient_{lenience:g}", f"lenient acceptance: accepts with min(1, q / (l p)), l about {lenience:g} "
+                     "(Leviathan A.5; LOSSY)",
+                     lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, q[x] / (lenience * p[x]))),
+                     lambda x, p, q, rng: mrs.verify_lenient(x, p, q, rng, lenience))
+
+
+TOKEN_BUGS = [
+    Signature("always_accept", "accepts every draft: the output follows the draft, not the target",
+              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: 1.0), broken.always_accept),
+    Signature("ratio_inverted", "accepts with min(1, p / q) instead of min(1, q / p): the letters of the two papers swapped",
+              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, _ratio_or_inf(p[x], q[x]))),
+              broken.ratio_inverted),
+    Signature("resample_from_q", "resamples from q instead of the residual (q - p)+ after a rejection",
+              lambda x, p, q: token_law(x, p, q, resample=lambda p, q, x: q), broken.resample_from_q),
+    Signature("residual_only_rejected_entry", "after a rejection draws from q with only the rejected token removed, "
+              "instead of (q - p)+ (a residual that adjusts only the rejected entry)",
+              lambda x, p, q: token_law(x, p, q, resample=_only_rejected_entry), broken.residual_only_rejected_entry),
+    Signature("no_bonus", "drops the bonus token when every draft is accepted",
+              lambda x, p, q: token_law(x, p, q, bonus_row=lambda K: None), broken.no_bonus),
+    Signature("bonus_wrong_row", "draws the bonus token from q[K-1] (the last draft's row) instead of q[K]",
+              lambda x, p, q: token_law(x, p, q, bonus_row=lambda K: K - 1), broken.bonus_wrong_row),
+    Signature("greedy_draft_softmax_ratio", "proposes the draft's argmax but divides by its softmax probability p(x)",
+              lambda x, p, q: token_law(x, p, q, propose=lambda p_t: int(np.argmax(p_t))),
+              broken.greedy_draft_softmax_ratio),
+    Signature("one_uniform_reused", "reuses one uniform for every decision and draw of a call (a generator reseeded "
+              "inside the loop)", one_uniform_law, broken.one_uniform_reused),
+    Signature("draft_warped_differently", "the ratio and residual use draft probabilities warped differently from "
+              "those the drafts were drawn from (flatter: the ratio is inflated)",
+              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, q[x] / broken.flatter(p)[x]),
+                                        resample=lambda p, q, x: _excess_or(broken.flatter(p), q)),
+              broken.draft_warped_differently),
+]
+LOSSY = [
+    Signature("typical_acceptance", "Medusa's typical acceptance: keeps drafts the target finds plausible, ignoring p "
+              "(LOSSY)", lambda x, p, q: token_law(x, p, q, accept=_typical_accept, resample=lambda p, q, x: q),
+              lossy.verify_typical),
+    _lenient(0.8), _lenient(0.5), _lenient(0.2),
+]
+TOKEN_LEVEL = Signature("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
+                        stats.token_call_law, mrs.verify)
+BLOCK = Signature("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
+                  stats.block_call_law, mrs.verify_block)
+BLOCK_BUGS = [Signature(name, v.__doc__, v.law, v) for name, v in broken.BROKEN_BLOCK.items()]
+# The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
+SIGNATURES = {"token": TOKEN_BUGS + LOSSY + [BLOCK], "block": BLOCK_BUGS + [TOKEN_LEVEL] + LOSSY}
+CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
+
+
+def call_law(law_given_drafts: Callable, p: np.ndarray, q: np.ndarray) -> dict:  # [K, V], [K+1, V] -> law
+    """Exact law of one call with drafts drawn from the fixed rows p[t], over the tokens where p or q has mass.
+
+    The sum over draft blocks runs over the support only, so a large vocabulary with few live
+    tokens costs what a small one does; outputs are in the vocabulary's own ids.
+    """
+    K, V = p.shape
+    live = np.flatnonzero((p > 0).any(axis=0) | (q > 0).any(axis=0))  # [S] ids with mass somewhere
+    law = stats.call_law(law_given_drafts, stats.fixed_rows(p[:, live]), stats.fixed_rows(q[:, live]), K, len(live))
+    return {tuple(int(live[i]) for i in out): float(v) for out, v in law.items()}
+
+
+def total_variation(counts: Counter, law: dict) -> float:
+    """Half the L1 distance between the observed frequencies and a law."""
+    n = sum(counts.values())
+    return 0.5 * sum(abs(counts.get(k, 0) / n - law.get(k, 0.0)) for k in set(counts) | set(law))
+
+
+# ---------------------------------------------------------------- the cases
+
+@dataclass(frozen=True)
+class Case:
+    """One call's rows: drafts are drawn from p [K, V]; q [K+1, V] are the target's rows."""
+
+    name: str
+    p: np.ndarray  # [K, V]
+    q: np.ndarray  # [K+1, V]
+    n: int  # calls sampled
+
+
+def _rows(rng, K, V, concentration):
+    return rng.dirichlet(np.full(V, concentration), size=K), rng.dirichlet(np.full(V, concentration), size=K + 1)
+
+
+def cases(algorithm: str) -> list[Case]:
+    """The suite's cases for one call: random, sharp and degenerate rows (K = 2, V = 4 token-level; K = 3, V = 3 block)."""
+    K, V, seed = (2, 4, 2024) if algorithm == "token" else (3, 3, 2025)  # the rows of test_mrs.py, test_mrs_block.py
+    rng = np.random.default_rng(seed)
+    out = [Case("random", *_rows(rng, K, V, 1.0), N_CALLS), Case("sharp", *_rows(rng, K, V, 0.1), N_CALLS)]
+    p, _ = _rows(rng, K, V, 1.0)
+    out.append(Case("p_equals_q", p, np.vstack([p, p[:1]]), N_CALLS))
+    lower, upper = np.arange(V) < V // 2, np.arange(V) >= V // 2  # the draft's tokens, the target's
+    p = np.where(lower, 1.0, 0.0) / lower.sum()
+    q = np.where(upper, np.arange(1.0, V + 1), 0.0)
+    out.append(Case("disjoint_supports", np.tile(p, (K, 1)), np.tile(q / q.sum(), (K + 1, 1)), N_CALLS))
+    p, q = _rows(rng, K, V, 1.0)
+    out.append(Case("one_hot_p", np.eye(V)[np.arange(1, K + 1) % V], q, N_CALLS))
+    out.append(Case("one_hot_q", p, np.eye(V)[(np.arange(K + 1) * 3 + V - 1) % V], N_CALLS))
+    p, q = _rows(rng, K, V, 1.0)
+    p[:, 0], q[:, 1] = 0.0, 0.0
+    out.append(Case("zeros_in_both", p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True), N_CALLS))
+    out.append(_large_vocabulary(K, rng))
+    return out
+
+
+def _large_vocabulary(K: int, rng) -> Case:
+    # LARGE_V tokens; mass on a few ids at block edges (255, 256, 1023, 1024, ...) and on the last id.
+    live = np.array([0, 255, 256, 1023, 1024, 4097, 32767, 32768, LARGE_V - 1])
+    p, q = np.zeros((K, LARGE_V)), np.zeros((K + 1, LARGE_V))
+    p[:, live[:6]] = rng.dirichlet(np.ones(6), size=K)
+    q[:, live[3:]] = rng.dirichlet(np.ones(6), size=K + 1)
+    return Case("large_vocabulary", p, q, N_LARGE_V)
+
+
+def accepted_count_case() -> Case:
+    """K = 4, V = 5, random rows: the law of the number of accepted drafts."""
+    p, q = _rows(np.random.default_rng(13), 4, 5, 1.0)
+    return Case("accepted_count", p, q, N_CALLS)
+
+
+# Whole sequences: the Markov-chain target and draft of tests/core/test_sampling.py.
+SEQ_V, SEQ_N = 3, 5
+SEQ_PROMPT = np.array([0, 1])
+SEQ_K = (2, 3)
+
+
+def markov_models():
+    """(target, draft): an order-2 and an order-1 Markov chain on 3 tokens, as in the suite."""
+    rng = np.random.default_rng(7)
+    target = stats.MarkovChain.random(SEQ_V, order=2, rng=rng, concentration=0.7)
+    return target, stats.MarkovChain.random(SEQ_V, order=1, rng=rng, concentration=0.7)
+
+
+# ---------------------------------------------------------------- the report
+
+@dataclass
+class Check:
+    """One check's result."""
+
+    name: str
+    tier: str  # "exact", "statistical" or "edge"
+    passed: bool | None  # None: skipped
+    detail: str = ""
+    pvalue: float | None = None
+    level: float | None = None
+    samples: int | None = None
+    diagnosis: str = ""
+    bug: str = ""  # the diagnosed bug's name, if any
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        status = "SKIP" if self.passed is None else "pass" if self.passed else "FAIL"
+        stat = f"p={self.pvalue:.3g} level={self.level:.2g} " if self.pvalue is not None else ""
+        n = f"n={self.samples} " if self.samples is not None else ""
+        out = f"{status}  {self.name:32s} {stat}{n}{self.detail}".rstrip()
+        return out + (f"\n      diagnosis: {self.diagnosis}" if self.diagnosis else "")
+
+
+@dataclass
+class Report:
+    """Every check of one run, and what the run's false-alarm rate is."""
+
+    verifier: str
+    algorithm: str
+    seed: int
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+    diagnosis: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def failed(self) -> list[Check]:
+        return [c for c in self.checks if c.passed is False]
+
+    def text(self) -> str:
+        m = sum(1 for c in self.checks if c.level is not None)
+        head = [f"conformance of {self.verifier} as {'token-level' if self.algorithm == 'token' else 'block'} "
+                f"verification (seed {self.seed})",
+                f"chi-square checks: {m}, each at level {FAMILY_LEVEL:g} / {m}: a correct verifier fails this run "
+                f"with probability at most {FAMILY_LEVEL:g}; the other checks never fail a correct verifier"]
+        lines = head + [c.line() for c in self.checks]
+        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
+        lines.append(f"{verdict} in {self.seconds:.0f} s")
+        if self.diagnosis:
+            lines.append(f"diagnosis: {self.diagnosis}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def to_json(self) -> dict:
+        return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
+                "family_level": FAMILY_LEVEL, "seconds": self.seconds, "diagnosis": self.diagnosis,
+                "checks": [vars(c) for c in self.checks]}
+
+
+# ---------------------------------------------------------------- watching every output
+
+class Watched:
+    """A verifier that records what is wrong with any of its outputs: length, prefix, ids, a kept q(x) = 0 draft."""
+
+    def __init__(self, verifier: Callable):
+        self.verifier, self.calls, self.problems = verifier, 0, Counter()
+        self.example = {}
+
+    def _problem(self, kind: str, example: str) -> None:
+        self.problems[kind] += 1
+        self.example.setdefault(kind, example)
+
+    def __call__(self, x_draft, p, q, rng):
+        out = self.verifier(x_draft, p, q, rng)
+        self.calls += 1
+        K, V = p.shape
+        where = f"x_draft={list(map(int, x_draft))} -> {np.asarray(out).tolist()}"
+        out = np.asarray(out)
+        if out.ndim != 1 or not 1 <= len(out) <= K + 1:
+            self._problem("length not in 1..K+1", where)
+            return out
+        if out.dtype.kind not in "iu" and not (out.dtype.kind == "f" and np.all(np.isfinite(out))
+                                               and np.all(out == np.round(out))):
+            self._problem("not integer token ids", where)
+            return out
+        out = out.astype(np.int64)
+        if np.any((out < 0) | (out >= V)):
+            self._problem(f"token id outside [0, {V})", where)
+            return out
+        n = len(out) - 1
+        if np.any(out[:n] != np.asarray(x_draft)[:n]):
+            self._problem("the output's prefix is not the drafts", where)
+        elif n and np.any(q[np.arange(n), out[:n]] == 0.0):
+            self._problem("kept a draft with q(x) = 0", where)
+        return out
+
+
+def _form_check(watched: Watched, name: str) -> Check:
+    if watched.calls == 0:
+        return Check(name, "edge", None, "no output to look at: every call raised")
+    if not watched.problems:
+        return Check(name, "edge", True, f"{watched.calls} outputs: length in 1..K+1, drafts as prefix, ids in [0, V), "
+                                         "no draft with q(x) = 0 kept")
+    detail = "; ".join(f"{kind}: {count} of {watched.calls} outputs, e.g. {watched.example[kind]}"
+                       for kind, count in watched.problems.items())
+    return Check(name, "edge", False, detail)
+
+
+# ---------------------------------------------------------------- the checks
+
+def log_likelihood(counts: Counter, law: dict) -> float:
+    """log P(counts | law), up to the multinomial coefficient; an impossible outcome counts as probability FLOOR."""
+    return float(sum(c * np.log(max(law.get(k, 0.0), FLOOR)) for k, c in counts.items()))
+
+
+def _diagnose(counts: Counter, correct: dict, signature_laws: dict) -> tuple[str, dict]:
+    """(the known bug the counts point to, or "ambiguous: ..." or "", each bug's log-likelihood)."""
+    ll = {name: log_likelihood(counts, law) for name, law in signature_laws.items()}
+    if not ll:
+        return "", ll
+    ranked = sorted(ll, key=ll.get, reverse=True)
+    best = ranked[0]
+    others = max([ll[n] for n in ranked[1:]] + [log_likelihood(counts, correct)])
+    fits = stats.chi_square_gof(counts, signature_laws[best])[2] > FIT_LEVEL
+    if ll[best] - others >= LOG_MARGIN and fits:
+        return best, ll
+    near = [n for n in ranked if ll[best] - ll[n] < LOG_MARGIN]
+    if len(near) > 1 and ll[best] - log_likelihood(counts, correct) >= LOG_MARGIN:
+        return "ambiguous: " + " or ".join(near[:3]), ll
+    return "", ll
+
+
+def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: list[Signature], level: float,
+               rng, marginal: Callable | None = None) -> tuple[Check, dict]:
+    start = time.perf_counter()
+    counts = stats.sample_verify(verifier, case.p, case.q, case.n, rng)
+    law = call_law(correct_law, case.p, case.q)
+    if marginal is not None:
+        counts, law = marginal(counts), marginal(law)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
+    check = Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof}", pvalue, level, case.n)
+    scores = {}
+    if not check.passed:
+        laws = {}
+        for s in signatures:
+            bug = call_law(s.law, case.p, case.q)
+            laws[s.name] = marginal(bug) if marginal is not None else bug
+        found, scores = _diagnose(counts, law, laws)
+        by_name = {s.name: s for s in signatures}
+        if found in by_name:
+            check.bug = found
+            check.diagnosis = (f"looks like {found}: {by_name[found].looks_like} (total variation "
+                               f"{total_variation(counts, laws[found]):.3f}; from the correct law "
+                               f"{total_variation(counts, law):.3f})")
+        else:
+            check.diagnosis = found
+    check.seconds = time.perf_counter() - start
+    return check, scores
+
+
+def _count_marginal(law_or_counts):
+    out = Counter() if isinstance(law_or_counts, Counter) else {}
+    for o, v in law_or_counts.items():
+        out[(len(o) - 1,)] = out.get((len(o) - 1,), 0) + v
+    return out
+
+
+def _sequence_check(verifier, K: int, level: float, rng, runs: int = N_SEQUENCES) -> Check:
+    start = time.perf_counter()
+    target, draft = markov_models()
+    law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)
+
+    def run(r):
+        return sampling.speculative_sampling(SEQ_PROMPT, draft, target, SEQ_N, K, r, verify=verifier)
+
+    counts = stats.sample_sequences(run, runs, len(SEQ_PROMPT), rng)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
+    return Check(f"sequences K={K}", "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} "
+                 f"(all {SEQ_V ** SEQ_N} sequences of {SEQ_N} tokens, Markov-chain target)", pvalue, level,
+                 runs, seconds=time.perf_counter() - start)
+
+
+def _p_equals_q_check(verifier, algorithm: str, rng) -> Check:
+    # p == q over a large dense vocabulary: every ratio is 1 (every w_i and h_i too), so every draft
+    # is kept; the residual max(0, q - p) is all zero and must not turn into NaN or a crash.
+    start = time.perf_counter()
+    K, calls = 4, 50
+    p = rng.dirichlet(np.full(LARGE_V, 0.5), size=K)
+    q = np.vstack([p, rng.dirichlet(np.full(LARGE_V, 0.5), size=1)])
+    short = 0
+    for _ in range(calls):
+        x_draft = np.array([mrs.sample(p[t], rng) for t in range(K)])
+        if len(verifier(x_draft, p, q, rng)) != K + 1:
+            short += 1
+    detail = f"V={LARGE_V}, K={K}: {calls - short} of {calls} calls kept every draft"
+    return Check("edge p == q, large V", "edge", short == 0, detail + ("" if short == 0 else
+                 " (with p == q every ratio is 1: all must be kept)"), seconds=time.perf_counter() - start)
+
+
+def _vectors_check(verifier, algorithm: str, signatures: list[Signature]) -> Check:
+    start = time.perf_counter()
+    function = "verify" if algorithm == "token" else "verify_block"
+    doc = json.loads(vectors.PATH.read_text())
+    chosen = [c for c in doc["cases"] if c["function"] == function]
+
+    def outcomes(f) -> list:  # per vector: the tokens, or what went wrong
+        got = []
+        for case in chosen:
+            rng = InjectedUniforms(case["uniforms"])
+            try:
+                tokens = [int(y) for y in f(np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]),
+                                            np.array(case["q"]), rng)]
+                got.append(tokens if rng.used == len(rng.uniforms) else
+                           f"drew {rng.used} of the {len(rng.uniforms)} listed uniforms")
+            except Exception as e:  # noqa: BLE001  (a crash, or a different number of uniforms, is an outcome)
+                got.append(f"raised {type(e).__name__}")
+        return got
+
+    got = outcomes(verifier)
+    wrong = [(c["name"], c["tokens"], g) for c, g in zip(chosen, got) if g != c["tokens"]]
+    check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors give "
+                  "the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
+                                           if wrong else ""), samples=len(chosen))
+    if wrong:
+        same = [s.name for s in signatures if outcomes(s.sampler) == got]
+        check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
+                           "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
+                           "another order than specref/mrs.py documents)")
+    check.seconds = time.perf_counter() - start
+    return check
+
+
+def _injected_edge_checks(verifier) -> list[Check]:
+    checks = []
+    # q(x) = 0 with u = 0: a strict u < q / p never keeps x; u <= q / p would.
+    p = np.array([[0.5, 0.5, 0.0, 0.0]])
+    q = np.array([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
+    try:
+        out = np.asarray(verifier(np.array([0]), p, q, InjectedUniforms([0.0], tail=0.5)))
+        ok = len(out) >= 1 and int(out[0]) != 0 and 0 <= int(out[0]) < 4
+        detail = f"draft 0 with q(0) = 0 and every uniform 0.0 -> {out.tolist()}"
+    except Exception as e:  # noqa: BLE001
+        ok, detail = False, f"raised {type(e).__name__}: {e}"
+    checks.append(Check("edge q(x) = 0, u = 0", "exact", ok, detail + ("" if ok else " (a kept draft the target never emits)")))
+    # p and q one rounding apart: q(x) / p(x) = 1 - 1e-12 < u = 1 - 2^-53 rejects x, and max(0, q - p) is all zero.
+    p = np.array([[0.25, 0.25, 0.25, 0.25]])
+    q = np.array([[0.25 * (1 - 1e-12), 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
+    try:
+        out = np.asarray(verifier(np.array([0]), p, q, InjectedUniforms([1 - 2.0 ** -53], tail=0.5)))
+        ok = out.ndim == 1 and 1 <= len(out) <= 2 and np.all(np.isfinite(out)) and np.all((out >= 0) & (out < 4))
+        detail = f"rejection with an all-zero residual (p and q one rounding apart) -> {out.tolist()}"
+    except Exception as e:  # noqa: BLE001
+        ok, detail = False, f"rejection with an all-zero residual raised {type(e).__name__}: {e}"
+    checks.append(Check("edge all-zero residual", "exact", bool(ok), detail + ("" if ok else
+                        " (must fall back to q, never NaN or an id outside the vocabulary: GHSA-8wr5-jm2h-8r4f)")))
+    return checks
+
+
+def _probe_injectable(verifier) -> str:
+    """'' if the verifier draws only random() from the rng it is handed, else why the exact tier is skipped."""
+    p = np.array([[0.4, 0.3, 0.2, 0.1]])
+    q = np.array([[0.30, 0.45, 0.10, 0.15], [0.25] * 4])
+    try:
+        verifier(np.array([0]), p, q, InjectedUniforms([], tail=0.5))
+    except (AttributeError, TypeError) as e:
+        return f"the verifier uses more of the generator than random() ({type(e).__name__}: {e})"
+    except Exception:  # noqa: BLE001  (another error is for the checks to report)
+        return ""
+    return ""
+
+
+def exact_checks(verifier: Callable, algorithm: str = "token") -> list[Check]:
+    """The exact tier on a verifier with `mrs.verify`'s signature that takes injected uniforms: the vectors, two edge cases."""
+    return [_vectors_check(verifier, algorithm, SIGNATURES[algorithm]), *_injected_edge_checks(verifier)]
+
+
+def one_call_check(verifier: Callable, case: Case, algorithm: str = "token", level: float = FAMILY_LEVEL,
+                   rng: np.random.Generator | None = None) -> Check:
+    """The chi-square check of one call's output law on `case`, with a diagnosis if it fails (verify's signature)."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    return _law_check(f"one call: {case.name}", verifier, case, CORRECT[algorithm], SIGNATURES[algorithm], level, rng)[0]
+
+
+def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "token", seed: int = 0,
+          vectors_tier: bool = True, name: str | None = None, progress: Callable[[Check], None] | None = None,
+          scale: float = 1.0) -> Report:
+    """Run every check on `function` (through `adapter`) as a verifier of `algorithm` ("token" or "block").
+
+    Requires: function behaves like `mrs.verify` once `adapter` is applied.  The exact tier runs
+    when vectors_tier is true and the adapter hands the function the rng object itself; the
+    statistical tier always, with `scale` times the default samples (less power, same false-alarm
+    rate).  `progress(check)` is called after each check.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+    start = time.perf_counter()
+    verifier = adapt(function, adapter)
+    report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed)
+    signatures = SIGNATURES[algorithm]
+
+    def add(c: Check) -> None:
+        report.checks.append(c)
+        if progress is not None:
+            progress(c)
+
+    why_not = "" if vectors_tier and adapter.injectable else (
+        "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
+    if not why_not:
+        why_not = _probe_injectable(verifier)
+    if why_not:
+        add(Check("exact tier", "exact", None, f"skipped: {why_not}; the all-zero residual and u = 0 edge cases need "
+                                               "injected uniforms"))
+    else:
+        for c in exact_checks(verifier, algorithm):
+            add(c)
+
+    case_list = [Case(c.name, c.p, c.q, max(1, round(c.n * scale))) for c in cases(algorithm)]
+    m = len(case_list) + 1 + len(SEQ_K)  # chi-square checks in this run
+    level = FAMILY_LEVEL / m
+    rng = np.random.default_rng(seed)
+    seeds = rng.integers(2**63, size=m + 1)
+    watched = Watched(verifier)
+    ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
+    for i, case in enumerate(case_list):
+        try:
+            c, scores = _law_check(f"one call: {case.name}", watched, case, CORRECT[algorithm], signatures, level,
+                                np.random.default_rng(seeds[i]))
+            if not c.passed:
+                ll_sum.update(scores)
+        except Exception as e:  # noqa: BLE001  (a crash fails the check, with what it said)
+            c = Check(f"one call: {case.name}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+        add(c)
+    try:
+        counted = accepted_count_case()
+        counted = Case(counted.name, counted.p, counted.q, max(1, round(counted.n * scale)))
+        c, scores = _law_check("accepted count (K=4, V=5)", watched, counted, CORRECT[algorithm], signatures,
+                               level, np.random.default_rng(seeds[len(case_list)]), marginal=_count_marginal)
+    except Exception as e:  # noqa: BLE001
+        c = Check("accepted count (K=4, V=5)", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+    add(c)
+    for j, K in enumerate(SEQ_K):
+        try:
+            c = _sequence_check(watched, K, level, np.random.default_rng(seeds[len(case_list) + 1 + j]),
+                                max(1, round(N_SEQUENCES * scale)))
+        except Exception as e:  # noqa: BLE001
+            c = Check(f"sequences K={K}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+        add(c)
+    add(_form_check(watched, "every output seen"))
+    try:
+        c = _p_equals_q_check(verifier, algorithm, np.random.default_rng(seeds[-1]))
+    except Exception as e:  # noqa: BLE001
+        c = Check("edge p == q, large V", "edge", False, f"raised {type(e).__name__}: {e}")
+    add(c)
+
+    report.diagnosis = _summary(report, ll_sum, signatures)
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _summary(report: Report, ll_sum: Counter, signatures: list[Signature]) -> str:
+    # Over every failing one-call check: the bug under which all their counts together are likeliest.
+    if report.passed:
+        return ""
+    if not ll_sum:
+        return "no known bug's signature matches (see the failing checks)"
+    best = max(ll_sum, key=ll_sum.get)
+    named = Counter(c.bug for c in report.failed if c.bug)
+    looks_like = {s.name: s.looks_like for s in signatures}[best]
+    if named[best]:
+        return f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
+    return f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+
+
+def assert_conforms(function: Callable, adapter: Adapter = Adapter(), **kwargs) -> Report:
+    """`check`, raising AssertionError with the whole report if any check fails (for use inside a pytest test)."""
+    report = check(function, adapter, **kwargs)
+    if not report.passed:
+        raise AssertionError("\n" + report.text())
+    return report

@@ -1,0 +1,232 @@
+"""The conformance checker (specref.proof.conform) proven on verifiers whose truth is known.
+
+It passes mrs.verify and mrs.verify_block (every check, full size, within the two minutes it
+promises); its exact tier rejects every broken sampler of specref.proof.broken and every lossy
+verifier and names it from its tokens on the vectors; its one-call chi-square (at the run's
+Bonferroni level) rejects each of them and names it from the nearest exact law; its edge checks
+catch a non-strict accept test and an unguarded all-zero residual; its adapter turns the common
+other signatures into verify's.  Its false-alarm rate over fresh seeds is measured by
+`python3 -m tools.conform_false_alarm`.
+"""
+
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specref import mrs
+from specref.proof import broken, conform, lossy, stats
+
+
+def lenient(lenience):
+    def verify(x_draft, p, q, rng):
+        return mrs.verify_lenient(x_draft, p, q, rng, lenience)
+    return verify
+
+
+# name -> (sampler, algorithm it claims, the diagnosis expected: a signature name)
+KNOWN = {
+    **{name: (f, "token", name) for name, f in broken.BROKEN.items()},
+    **{name: (f, "block", name) for name, f in broken.BROKEN_BLOCK.items()},
+    "typical_acceptance": (lossy.verify_typical, "token", "typical_acceptance"),
+    "lenient_0.5": (lenient(0.5), "token", "lenient_0.5"),
+    "typical_acceptance_as_block": (lossy.verify_typical, "block", "typical_acceptance"),
+    "verify_block_as_token": (mrs.verify_block, "token", "block_verification"),
+    "verify_as_block": (mrs.verify, "block", "token_level"),
+}
+
+
+# ---------------------------------------------------------------- the reference passes, in time
+
+@pytest.mark.parametrize("function, algorithm", [(mrs.verify, "token"), (mrs.verify_block, "block")])
+def test_the_reference_verifiers_pass_every_check_within_two_minutes(function, algorithm):
+    report = conform.check(function, algorithm=algorithm)
+    print(report.text())
+    assert report.passed, report.text()
+    assert all(c.passed for c in report.checks)  # nothing skipped: the exact tier ran too
+    assert len([c for c in report.checks if c.level is not None]) == 11
+    assert all(c.level == pytest.approx(conform.FAMILY_LEVEL / 11) for c in report.checks if c.level is not None)
+    assert report.seconds < 120
+
+
+# ---------------------------------------------------------------- power, with the diagnosis
+
+@pytest.mark.parametrize("name", list(KNOWN))
+def test_exact_tier_rejects_and_names_every_known_bug(name):
+    f, algorithm, expected = KNOWN[name]
+    vectors_check = conform.exact_checks(f, algorithm)[0]
+    print(vectors_check.line())
+    assert vectors_check.passed is False
+    if name.startswith("lenient"):  # the vectors cannot tell one lenience from another
+        assert "lenient" in vectors_check.diagnosis
+    else:
+        assert expected in vectors_check.diagnosis.split(" on every")[0]
+
+
+@pytest.mark.parametrize("name", list(KNOWN))
+def test_one_call_chi_square_rejects_and_names_every_known_bug(name):
+    f, algorithm, expected = KNOWN[name]
+    case = conform.cases(algorithm)[0]  # "random"
+    check = conform.one_call_check(f, case, algorithm, conform.FAMILY_LEVEL / 11, np.random.default_rng(1))
+    print(check.line())
+    assert check.passed is False and check.pvalue < conform.FAMILY_LEVEL / 11
+    assert check.bug == expected, check.diagnosis
+
+
+def test_a_failing_run_is_reported_with_its_diagnosis():
+    report = conform.check(broken.resample_from_q, scale=0.25)
+    print(report.text())
+    assert not report.passed and report.failed
+    assert report.diagnosis.startswith("resample_from_q")
+    assert "FAILED" in report.text() and "diagnosis: resample_from_q" in report.text()
+    assert report.to_json()["passed"] is False
+
+
+def test_signature_laws_are_the_laws_of_their_samplers():
+    # Each known bug's exact law against its own sampler: the diagnosis compares with the right thing.
+    for algorithm in ("token", "block"):
+        case = conform.cases(algorithm)[0]
+        for s in conform.SIGNATURES[algorithm]:
+            counts = stats.sample_verify(s.sampler, case.p, case.q, 4000, np.random.default_rng(2))
+            pvalue = stats.chi_square_gof(counts, conform.call_law(s.law, case.p, case.q))[2]
+            assert pvalue > 1e-4, (algorithm, s.name, pvalue)
+
+
+# ---------------------------------------------------------------- the edge checks
+
+def _loop(x_draft, p, q, rng, keep, residual_draw):
+    out = []
+    for t, x in enumerate(x_draft):
+        if keep(rng.random(), q[t, x] / p[t, x]):
+            out.append(int(x))
+            continue
+        return np.array(out + [residual_draw(p[t], q[t], rng)])
+    return np.array(out + [mrs.sample(q[len(x_draft)], rng)])
+
+
+def verify_non_strict(x_draft, p, q, rng):
+    """Accepts iff u <= q / p: with u = 0 it keeps a draft the target never emits."""
+    return _loop(x_draft, p, q, rng, lambda u, ratio: u <= ratio, lambda p, q, rng: mrs.sample(mrs._excess(p, q), rng))
+
+
+def verify_unguarded_residual(x_draft, p, q, rng):
+    """Inverts the CDF of max(0, q - p) without checking its sum: when it is all zero, the id V (one past the vocabulary)."""
+    def draw(p_row, q_row, rng):
+        r = np.maximum(q_row - p_row, 0.0)
+        return int(np.searchsorted(np.cumsum(r), rng.random() * r.sum(), side="right"))
+    return _loop(x_draft, p, q, rng, lambda u, ratio: u < ratio, draw)
+
+
+def test_edge_checks_pass_the_reference_and_catch_the_numerical_bugs():
+    names = ["vectors (verify)", "edge q(x) = 0, u = 0", "edge all-zero residual"]
+    assert [c.passed for c in conform.exact_checks(mrs.verify)] == [True, True, True]
+    assert [c.passed for c in conform.exact_checks(mrs.verify_block, "block")] == [True, True, True]
+    non_strict = dict(zip(names, conform.exact_checks(verify_non_strict)))
+    assert non_strict["edge q(x) = 0, u = 0"].passed is False and non_strict["edge all-zero residual"].passed
+    unguarded = dict(zip(names, conform.exact_checks(verify_unguarded_residual)))
+    print(unguarded["edge all-zero residual"].line())
+    assert unguarded["edge all-zero residual"].passed is False and "GHSA-8wr5-jm2h-8r4f" in unguarded["edge all-zero residual"].detail
+    assert unguarded["edge q(x) = 0, u = 0"].passed and unguarded["vectors (verify)"].passed  # exact elsewhere
+
+
+def test_every_output_is_watched():
+    def out_of_vocabulary(x_draft, p, q, rng):
+        return np.array([p.shape[1]])
+
+    def wrong_prefix(x_draft, p, q, rng):
+        return np.array([(int(x_draft[0]) + 1) % p.shape[1], 0])
+
+    case, disjoint = conform.cases("token")[0], conform.cases("token")[3]
+    for f, problem in [(out_of_vocabulary, "outside [0, 4)"), (wrong_prefix, "prefix is not the drafts"),
+                       (broken.always_accept, "q(x) = 0"), (mrs.verify, None)]:
+        watched = conform.Watched(conform.adapt(f))
+        stats.sample_verify(watched, case.p, case.q, 50, np.random.default_rng(0))
+        stats.sample_verify(watched, disjoint.p, disjoint.q, 50, np.random.default_rng(0))
+        check = conform._form_check(watched, "every output seen")
+        assert check.passed is (problem is None), check.line()
+        assert problem is None or problem in check.detail
+
+
+# ---------------------------------------------------------------- the adapter
+
+def batch_log_count(x_draft, log_p, log_q, rng):  # [1, K], [1, K, V], [1, K+1, V] -> (counts [1], extra [1])
+    out = mrs.verify(x_draft[0], np.exp(log_p[0]), np.exp(log_q[0]), rng)
+    return np.array([len(out) - 1]), np.array([out[-1]])
+
+
+def seeded(x_draft, p, q, seed):
+    return mrs.verify(x_draft, p, q, np.random.default_rng(seed))
+
+
+def own_randomness(x_draft, p, q):
+    return mrs.verify(x_draft, p, q, np.random.default_rng())
+
+
+class ToyGenerator:
+    """A stand-in for a torch.Generator: made from a seed, used only by the function that receives it."""
+
+    def __init__(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+
+def with_toy_generator(x_draft, p, q, generator):
+    return list(mrs.verify(x_draft, p, q, generator.rng))  # a list, not an array
+
+
+ADAPTED = [
+    (batch_log_count, conform.Adapter(batch=True, log_probs=True, returns="count_and_token")),
+    (seeded, conform.Adapter(rng="seed")),
+    (own_randomness, conform.Adapter(rng="none")),
+    (with_toy_generator, conform.Adapter(rng=ToyGenerator)),
+]
+
+
+@pytest.mark.parametrize("function, adapter", ADAPTED, ids=[f.__name__ for f, _ in ADAPTED])
+def test_the_adapter_turns_other_signatures_into_verifys(function, adapter):
+    verify = conform.adapt(function, adapter)
+    case = conform.cases("token")[0]
+    x_draft = np.array([1, 2])
+    out = verify(x_draft, case.p, case.q, np.random.default_rng(3))
+    assert out.ndim == 1 and 1 <= len(out) <= 3 and list(out[:-1]) == list(x_draft[: len(out) - 1])
+    if adapter.injectable:  # same uniforms, same tokens as mrs.verify
+        for seed in range(50):
+            np.testing.assert_array_equal(verify(x_draft, case.p, case.q, np.random.default_rng(seed)),
+                                          mrs.verify(x_draft, case.p, case.q, np.random.default_rng(seed)))
+        assert all(c.passed for c in conform.exact_checks(verify))
+    check = conform.one_call_check(verify, case, level=conform.FAMILY_LEVEL / 11, rng=np.random.default_rng(4))
+    assert check.passed, check.line()
+
+
+def test_a_function_that_uses_more_than_random_skips_the_exact_tier():
+    def uses_choice(x_draft, p, q, rng):
+        rng.choice(2)
+        return mrs.verify(x_draft, p, q, rng)
+
+    report = conform.check(uses_choice, scale=0.05)
+    skipped = report.checks[0]
+    assert skipped.passed is None and "more of the generator than random()" in skipped.detail
+    assert conform.check(seeded, conform.Adapter(rng="seed"), scale=0.05).checks[0].passed is None
+
+
+def test_injected_uniforms():
+    rng = conform.InjectedUniforms([0.25, 0.5, 0.75])
+    assert rng.random() == 0.25 and list(rng.random(2)) == [0.5, 0.75]
+    with pytest.raises(RuntimeError, match="only 3 are listed"):
+        rng.random()
+    tail = conform.InjectedUniforms([0.1], tail=0.9)
+    assert [tail.random() for _ in range(3)] == [0.1, 0.9, 0.9]
+
+
+def test_bad_adapters_are_named():
+    with pytest.raises(ValueError, match="Adapter.rng"):
+        conform.Adapter(rng="torch")
+    with pytest.raises(ValueError, match="Adapter.returns"):
+        conform.Adapter(returns="count")
+    with pytest.raises(ValueError, match="algorithm"):
+        conform.check(mrs.verify, algorithm="greedy")
+
+
+def test_total_variation_and_count_marginal():
+    law = {(0,): 0.5, (1,): 0.5}
+    assert conform.total_variation(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
+    assert conform._count_marginal({(1, 2): 0.25, (3,): 0.5, (0, 1, 2): 0.25}) == {(1,): 0.25, (0,): 0.5, (2,): 0.25}
