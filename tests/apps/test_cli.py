@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-COMMANDS = ("demo", "bench", "humaneval", "figures")
+COMMANDS = ("demo", "bench", "humaneval", "figures", "conform")
 
 # Per command and option: command lines with a bad value for that option.  {file} is an existing
 # file, {dir} an existing directory, {missing} a directory that does not exist.
@@ -58,6 +58,17 @@ BAD = {
         "--quick": [["--quick=1"]],
         "--out": [["--out", "{file}"], ["--out", "{file}/sub"]],
         "--skip-model": [["--skip-model=no"]],
+    },
+    "conform": {
+        "--algorithm": [["--algorithm", "greedy"], ["--algorithm", "Token"], ["--algorithm"]],
+        "--batch": [["--batch=1"]],
+        "--log-probs": [["--log-probs=yes"]],
+        "--rng": [["--rng", "jax"], ["--rng", ""]],
+        "--returns": [["--returns", "count"], ["--returns", "count_and_token"]],
+        "--arrays": [["--arrays", "jax"]],
+        "--seed": [["--seed", "-1"], ["--seed", "1.5"], ["--seed", "x"]],
+        "--no-vectors": [["--no-vectors=0"]],
+        "--json": [["--json", "{dir}"], ["--json", "{missing}/report.json"], ["--json", "{file}/report.json"]],
     },
 }
 CASES = [(cmd, option, argv) for cmd, table in BAD.items() for option, cases in table.items() for argv in cases]

@@ -1,0 +1,122 @@
+"""`python -m specref conform MODULE:FUNCTION`: check someone's speculative-sampling verifier against the suite's proofs.
+
+    python -m specref conform specref.mrs:verify                          # passes
+    python -m specref conform specref.proof.broken:resample_from_q        # fails, diagnosed
+    python -m specref conform mypkg.spec:verify --log-probs --rng seed    # through the adapter
+    python -m specref conform path/to/file.py:verify --algorithm block
+
+FUNCTION must do what `specref.mrs.verify` does once the adapter options are applied (see
+`specref.proof.conform`, which holds the checks and the adapter).  Every check is printed as it
+finishes: pass/FAIL, p-value, level, samples, and a diagnosis where a failure matches a known
+bug.  Exit status 0 if every check passed, 1 if any failed, 2 for a bad option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import re
+from pathlib import Path
+
+from specref.apps import options
+from specref.proof import conform
+
+# MODULE:FUNCTION, MODULE dotted or a path to a .py file, FUNCTION possibly dotted (Class.method).
+TARGET = re.compile(r"^(?P<module>[^:]+):(?P<function>[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$")
+
+
+def target(text: str) -> str:
+    """MODULE:FUNCTION, MODULE a dotted module name or a path ending in .py."""
+    m = TARGET.match(text)
+    if m is None or not (m["module"].endswith(".py") or re.fullmatch(r"[A-Za-z_][\w.]*", m["module"])):
+        raise argparse.ArgumentTypeError(f"expected MODULE:FUNCTION such as specref.mrs:verify or file.py:verify, got {text!r}")
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The checker's options: what to check and how to call it (the adapter), each checked as it is read."""
+    parser.add_argument("target", type=target, metavar="MODULE:FUNCTION",
+                        help="the verifier: a dotted module or a path to a .py file, a colon, the function's name")
+    parser.add_argument("--algorithm", choices=conform.ALGORITHMS, default="token",
+                        help="token: Chen's token-level verification, mrs.verify's law (default); "
+                             "block: block verification, mrs.verify_block's law")
+    parser.add_argument("--batch", action="store_true",
+                        help="FUNCTION takes x_draft [1, K], p [1, K, V], q [1, K+1, V] and returns [1, n]")
+    parser.add_argument("--log-probs", action="store_true", help="FUNCTION takes log p and log q instead of p and q")
+    parser.add_argument("--rng", choices=("generator", "seed", "torch", "none"), default="generator",
+                        help="what FUNCTION takes last: an object with .random() (default), an integer seed, "
+                             "a torch.Generator, or nothing (it draws its own randomness)")
+    parser.add_argument("--returns", choices=("tokens", "count-and-token"), default="tokens",
+                        help="tokens: the accepted drafts and one more (default); count-and-token: "
+                             "(number accepted, extra token)")
+    parser.add_argument("--arrays", choices=("numpy", "torch"), default="numpy",
+                        help="numpy arrays (default) or torch tensors (torch.from_numpy) as inputs")
+    parser.add_argument("--seed", type=options.SEED, default=0, help="the checker's seed, >= 0 (default 0)")
+    parser.add_argument("--no-vectors", action="store_true",
+                        help="skip the exact tier (the vectors assume specref's documented order of uniforms)")
+    parser.add_argument("--json", metavar="PATH", type=options.output_file(), default=None,
+                        help="also write the report to this JSON file")
+
+
+def load_function(text: str):
+    """The callable named by MODULE:FUNCTION; ValueError naming what is missing."""
+    module_name, function_name = text.rsplit(":", 1)
+    try:
+        if module_name.endswith(".py"):
+            path = Path(module_name)
+            if not path.is_file():
+                raise ValueError(f"argument MODULE:FUNCTION: no file {module_name}")
+            spec = importlib.util.spec_from_file_location(path.stem, path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_name)
+    except ValueError:
+        raise
+    except Exception as e:  # noqa: BLE001  (the user's module: any error while importing it is reported)
+        raise ValueError(f"argument MODULE:FUNCTION: importing {module_name} failed: {type(e).__name__}: {e}") from None
+    value = module
+    for part in function_name.split("."):
+        if not hasattr(value, part):
+            raise ValueError(f"argument MODULE:FUNCTION: {module_name} has no {function_name}")
+        value = getattr(value, part)
+    if not callable(value):
+        raise ValueError(f"argument MODULE:FUNCTION: {text} is not callable")
+    return value
+
+
+def _torch():
+    try:
+        return importlib.import_module("torch")
+    except ImportError:
+        raise ValueError("argument --rng/--arrays: torch is not installed") from None
+
+
+def check_args(args) -> None:
+    """Load FUNCTION and build the adapter (torch only if asked for), before any check runs."""
+    args.function = load_function(args.target)
+    torch = _torch() if "torch" in (args.rng, args.arrays) else None
+    rng = (lambda seed: torch.Generator().manual_seed(seed)) if args.rng == "torch" else args.rng
+    array = (lambda a: torch.from_numpy(a)) if args.arrays == "torch" else conform.Adapter.array
+    args.adapter = conform.Adapter(batch=args.batch, log_probs=args.log_probs, rng=rng,
+                                   returns=args.returns.replace("-", "_"), array=array)
+
+
+def run(args) -> int:
+    if not hasattr(args, "adapter"):
+        check_args(args)
+    print(f"checking {args.target} as {args.algorithm} verification (seed {args.seed}) ...", flush=True)
+    report = conform.check(args.function, args.adapter, algorithm=args.algorithm, seed=args.seed,
+                           vectors_tier=not args.no_vectors, name=args.target,
+                           progress=lambda c: print(c.line(), flush=True))
+    verdict = "PASSED" if report.passed else f"FAILED ({len(report.failed)} of {len(report.checks)} checks)"
+    m = sum(1 for c in report.checks if c.level is not None)
+    print(f"{verdict} in {report.seconds:.0f} s; {m} chi-square checks at {conform.FAMILY_LEVEL:g} / {m} each: "
+          f"a correct verifier fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+    if report.diagnosis:
+        print(f"diagnosis: {report.diagnosis}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+    return 0 if report.passed else 1
