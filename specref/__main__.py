@@ -13,7 +13,7 @@ BLAS threads, set here and nowhere else: OpenBLAS reads OPENBLAS_NUM_THREADS onc
 imported, so this module sets it before anything imports NumPy.  It is 1 unless the environment
 sets it (the model's small products never gain from threads, and on a shared 2-core machine
 OpenBLAS's spinning worker threads made prefill 3x slower; see specref.smollm2.model);
-`bench --blas-threads N` sets it to N.
+`bench --blas-threads N` sets it to N; `train-draft` uses every core unless told otherwise.
 """
 
 import os
@@ -34,12 +34,15 @@ COMMANDS = {
     "bench": ("specref.apps.bench", "measure decode, scoring and verify costs; write JSON"),
     "humaneval": ("specref.apps.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
     "figures": ("specref.apps.figures", "regenerate every figure in figures/ as PNG (--quick for small sizes)"),
+    "train-draft": ("specref.apps.train_draft", "train the neural draft from the target (about 30 minutes; --quick: 1)"),
     "conform": ("specref.apps.conform", "check a speculative-sampling verifier MODULE:FUNCTION against the proofs"),
 }
 
 # Commands with --blas-threads N: read from the command line before NumPy is imported.
 BLAS_THREADS_OPTION = "--blas-threads"
-BLAS_THREADS_COMMANDS = ("bench",)
+BLAS_THREADS_COMMANDS = ("bench", "train-draft")
+# Commands whose default is every core (0 or no --blas-threads): training multiplies large matrices.
+ALL_CORES_COMMANDS = ("train-draft",)
 
 
 def top_parser() -> argparse.ArgumentParser:
@@ -84,7 +87,8 @@ def main(argv=None) -> int:
         argv = argv[argv.index(command):]
     name, rest = argv[0], argv[1:]
     if name in BLAS_THREADS_COMMANDS:
-        set_blas_threads(blas_threads_from(rest))
+        threads = blas_threads_from(rest)
+        set_blas_threads(threads or (os.cpu_count() if name in ALL_CORES_COMMANDS else None))
     module_name, help_text = COMMANDS[name]
     module = importlib.import_module(module_name)
     parser = argparse.ArgumentParser(prog=f"{PROG} {name}", description=help_text, allow_abbrev=False)

@@ -17,12 +17,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 from specref.protocol import check_tokens
 
 
-DRAFTS = ("prompt-lookup", "ngram", "uniform")
+# "neural" is the trained draft model of specref.smollm2.draft: it needs the target, so callers
+# that offer it pass a factory (the core knows nothing about a particular model).
+DRAFTS = ("prompt-lookup", "ngram", "uniform", "neural")
 
 
 def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
-            lookup_n: int = 3):
-    """The draft called `name` (one of DRAFTS); the n-gram is fitted on corpus(), asked for only when needed."""
+            lookup_n: int = 3, neural: Callable[[], object] | None = None):
+    """The draft called `name` (one of DRAFTS); the n-gram is fitted on corpus(), the neural draft made by
+    neural(), each asked for only when needed."""
+    if name == "neural":
+        if neural is None:
+            raise ValueError("the neural draft needs its target: pass neural=, a function that returns it")
+        return neural()
     if name == "prompt-lookup":
         return PromptLookupDraft(V, n=lookup_n)
     if name == "ngram":

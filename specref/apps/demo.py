@@ -27,6 +27,7 @@ import numpy as np
 from specref import speedup
 from specref.apps import options
 from specref.drafts import DRAFTS, by_name
+from specref.smollm2.draft import shipped_draft
 from specref.smollm2.model import load_smollm2
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
@@ -83,7 +84,8 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
              verify: str = "token") -> Result:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept)."""
     # the n-gram is a trigram fitted on the prompt's own tokens
-    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3) \
+    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3,
+                    neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(VERIFIERS[verify])

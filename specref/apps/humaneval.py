@@ -69,6 +69,7 @@ from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
+from specref.smollm2.draft import shipped_draft
 from specref.smollm2.fetch import fetch_pypi_member
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
@@ -481,7 +482,7 @@ class Benchmark:
             for m in todo:
                 if m.draft is not None and m.draft not in drafts:
                     drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
-                                              NGRAM_ORDER, PROMPT_LOOKUP_N)
+                                              NGRAM_ORDER, PROMPT_LOOKUP_N, neural=lambda: shipped_draft(self.model))
                 verify = getattr(self.args, "verify", "token")
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),

@@ -246,7 +246,7 @@ class SmolLM2:
             raise ValueError(f"k = {k} rows requested from {a.size} tokens; need 1 <= k <= {a.size}")
         return a
 
-    def _final_states(self, tokens, k):  # [n], int -> [k, d]
+    def final_states(self, tokens, k: int = 1):  # [n], int -> [k, d]
         """Final hidden states of the last k positions, computing only positions not already cached."""
         a = self._check(tokens, k)
         shared = self.cache.shared_prefix(a)
@@ -257,11 +257,11 @@ class SmolLM2:
 
     def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
         """Logits for every position: row i scores token i+1 given tokens[:i+1]."""
-        return linear(self._final_states(tokens, len(tokens)), self.weights.head)
+        return linear(self.final_states(tokens, len(tokens)), self.weights.head)
 
     def next_logits(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float32 [k, V]
         """Logits of the last k positions only (the head is applied to k rows)."""
-        return linear(self._final_states(tokens, k), self.weights.head)
+        return linear(self.final_states(tokens, k), self.weights.head)
 
     def next_probs(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float64 [k, V]
         """Next-token distributions of the last k positions; softmax in float64 of float32 logits."""

@@ -59,6 +59,16 @@ BAD = {
         "--out": [["--out", "{file}"], ["--out", "{file}/sub"]],
         "--skip-model": [["--skip-model=no"]],
     },
+    "train-draft": {
+        "--quick": [["--quick=1"]],
+        "--seed": [["--seed", "-1"], ["--seed", "x"]],
+        "--steps": [["--steps", "0"], ["--steps", "1e3"]],
+        "--out": [["--out", "{dir}"], ["--out", "{missing}/d.npz"], ["--out", "{dir}/d.npz", "--install"]],
+        "--install": [["--install=yes"]],
+        "--workers": [["--workers", "0"], ["--workers", "many"]],
+        "--cache-dir": [["--cache-dir", "{file}"]],
+        "--blas-threads": [["--blas-threads", "-2"]],
+    },
     "conform": {
         "--algorithm": [["--algorithm", "greedy"], ["--algorithm", "Token"], ["--algorithm"]],
         "--batch": [["--batch=1"]],

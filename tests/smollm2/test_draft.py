@@ -1,0 +1,267 @@
+"""The neural draft (specref.smollm2.draft) and its training (specref.apps.train_draft).
+
+Tiers: the hand-written gradients against finite differences; files (round trip, corrupt, missing,
+wrong shapes); the model protocol and the draft's cache against a recompute after rollbacks; on the
+real model, greedy SpS with the draft equals greedy ArS, and the first sampled token has the
+target's law by chi-square at stats.LEVEL (1e-3, fixed seeds) with broken verifiers rejected by the
+same test; training on a small configuration lowers the held-out total variation.
+"""
+
+import pathlib
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specref import mrs, sampling
+from specref.apps import train_draft as td
+from specref.proof import broken, stats
+from specref.protocol import next_distributions
+from specref.smollm2 import draft as nd
+from specref.warps import Warped
+
+D = nd.D_MODEL
+
+
+def random_weights(hidden=16, n_kept=512, V=49152, seed=0, scale=0.05) -> nd.DraftWeights:
+    """A draft with random parameters: the protocol, the cache and exactness hold for any draft."""
+    rng = np.random.default_rng(seed)
+    params = {"A": (rng.standard_normal((2 * D, D)) * scale).astype(np.float32),
+              "b": np.zeros(D, np.float32),
+              "W1": (rng.standard_normal((2 * D, hidden)) * scale).astype(np.float32),
+              "b1": np.zeros(hidden, np.float32),
+              "W2": (rng.standard_normal((hidden, D)) * scale).astype(np.float32)}
+    kept = np.sort(rng.choice(V, n_kept, replace=False)).astype(np.int64)
+    return nd.DraftWeights(params, kept, {"note": "random, for tests"})
+
+
+# ---- gradients ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kl, tv", [(1.0, 0.0), (0.0, 1.0), (1.0, 1.0)])
+def test_backward_matches_finite_differences(kl, tv):
+    rng = np.random.default_rng(1)
+    B, N, H = 4, 30, 8
+    P = {"A": rng.standard_normal((2 * D, D)) * 0.05, "b": rng.standard_normal(D) * 0.05,
+         "W1": rng.standard_normal((2 * D, H)) * 0.05, "b1": rng.standard_normal(H) * 0.05,
+         "W2": rng.standard_normal((H, D)) * 0.05}                       # float64 for the check
+    h, e = rng.standard_normal((B, D)), rng.standard_normal((B, D))
+    HN = rng.standard_normal((D, N)) * 0.05
+    q = nd.softmax(rng.standard_normal((B, N)) * 2) * 0.9                 # sub-normalised, like a restriction
+
+    def loss(P):
+        return nd.head_loss(nd.net_forward(P, h, e)[0], HN, q, kl, tv)[0]
+
+    y, cache = nd.net_forward(P, h, e)
+    grads = nd.net_backward(P, cache, nd.head_loss(y, HN, q, kl, tv)[1])
+    worst = 0.0
+    for name in nd.PARAM_NAMES:
+        for _ in range(6):
+            ix = tuple(int(rng.integers(0, s)) for s in P[name].shape)
+            old = P[name][ix]
+            P[name][ix] = old + 1e-6
+            up = loss(P)
+            P[name][ix] = old - 1e-6
+            down = loss(P)
+            P[name][ix] = old
+            numeric = (up - down) / 2e-6
+            worst = max(worst, abs(numeric - grads[name][ix]) / max(1e-7, abs(numeric) + abs(grads[name][ix])))
+    print(f"kl={kl} tv={tv}: max relative error {worst:.2e}")
+    assert worst < 1e-4
+
+
+def test_a_wrong_backward_is_caught_by_the_same_check():
+    """Negative control: silu' written as sigmoid' alone is a plausible slip, and the check sees it."""
+    rng = np.random.default_rng(2)
+    P = {"A": rng.standard_normal((2 * D, D)) * 0.05, "b": np.zeros(D), "W1": rng.standard_normal((2 * D, 4)),
+         "b1": np.zeros(4), "W2": rng.standard_normal((4, D)) * 0.05}
+    h, e = rng.standard_normal((2, D)), rng.standard_normal((2, D))
+    y, (u, a1, s, sg) = nd.net_forward(P, h, e)
+    dy = rng.standard_normal(y.shape)
+    right = nd.net_backward(P, (u, a1, s, sg), dy)["W1"]
+    wrong = u.T @ ((dy @ P["W2"].T) * sg * (1 - sg))
+    assert np.abs(right - wrong).max() > 1e-3 * np.abs(right).max()
+
+
+# ---- files --------------------------------------------------------------------------------------------
+
+def test_save_and_load_round_trip(tmp_path):
+    w = random_weights()
+    sha = nd.save_draft(tmp_path / "d.npz", w)
+    assert sha == nd.file_sha256(tmp_path / "d.npz") and list(tmp_path.iterdir()) == [tmp_path / "d.npz"]
+    back = nd.load_draft(tmp_path / "d.npz")
+    np.testing.assert_array_equal(back.kept, w.kept)
+    for n in nd.PARAM_NAMES:
+        np.testing.assert_array_equal(back.params[n], w.params[n])
+    assert back.meta["note"] == "random, for tests" and back.meta["params_sha256"] == nd.params_digest(w.params, w.kept)
+
+
+def test_missing_corrupt_and_misshapen_files_are_clear_errors(tmp_path):
+    with pytest.raises(nd.DraftError, match="no draft file"):
+        nd.load_draft(tmp_path / "none.npz")
+    path = tmp_path / "d.npz"
+    nd.save_draft(path, random_weights())
+    data = bytearray(path.read_bytes())
+    (tmp_path / "cut.npz").write_bytes(bytes(data[: len(data) // 2]))
+    with pytest.raises(nd.DraftError, match="not a readable draft file"):
+        nd.load_draft(tmp_path / "cut.npz")
+    w = random_weights()
+    w.params["W2"][0, 0] += 1.0                                  # change a parameter after the digest
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["W2"] = w.params["W2"]
+    np.savez(tmp_path / "tampered.npz", **arrays)
+    with pytest.raises(nd.DraftError, match="do not match the digest"):
+        nd.load_draft(tmp_path / "tampered.npz")
+    bad = random_weights()
+    bad.params["A"] = bad.params["A"][:, :10]
+    with pytest.raises(nd.DraftError, match="parameter A has shape"):
+        nd.save_draft(tmp_path / "bad.npz", bad) and nd.load_draft(tmp_path / "bad.npz")
+
+
+def test_the_shipped_draft_is_checked_against_its_recorded_sha256():
+    assert nd.SHIPPED_SHA256 is not None, "the shipped draft's SHA-256 must be recorded in specref.smollm2.draft"
+    assert nd.file_sha256(nd.SHIPPED_PATH) == nd.SHIPPED_SHA256
+    assert nd.SHIPPED_PATH.stat().st_size <= 20 * 2**20
+    w = nd.load_draft()
+    assert w.meta["command"].startswith("python -m specref train-draft") and "no HumanEval" in w.meta["data"]
+
+
+def test_a_corrupt_shipped_draft_is_refused(tmp_path, monkeypatch):
+    copy = tmp_path / "draft.npz"
+    data = bytearray(nd.SHIPPED_PATH.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    copy.write_bytes(bytes(data))
+    monkeypatch.setattr(nd, "SHIPPED_PATH", copy)
+    with pytest.raises(nd.DraftError, match="corrupt"):
+        nd.load_draft()
+
+
+# ---- the model protocol and the cache (real target) ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def prompt(smollm2):
+    return np.array(smollm2.tokenizer.encode("def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    "))
+
+
+def test_protocol_rows_and_zeros_outside_the_kept_tokens(smollm2, prompt):
+    draft = nd.NeuralDraft(smollm2, random_weights())
+    smollm2.reset()
+    rows = next_distributions(draft, prompt, 3)
+    assert rows.shape == (3, 49152) and rows.dtype == np.float64
+    np.testing.assert_allclose(rows.sum(1), 1.0, atol=1e-9)
+    outside = np.setdiff1d(np.arange(49152), draft.kept)
+    assert np.all(rows[:, outside] == 0.0)
+    everything = draft(prompt)                                   # the callable form: every row
+    assert everything.shape == (len(prompt), 49152)
+    np.testing.assert_allclose(everything[0, draft.kept], 1.0 / len(draft.kept))  # row 0: no state before it
+    np.testing.assert_allclose(everything[-3:], rows, atol=1e-5)  # float32 products of other shapes
+    with pytest.raises(ValueError, match="k = 0"):
+        draft.next_probs(prompt, 0)
+
+
+def test_draft_cache_after_rollbacks_equals_a_recompute(smollm2, prompt):
+    """Draft ahead, roll back, take another branch, let the target advance: every answer equals a fresh
+    draft's with the target in the same state, and only new positions are computed."""
+    w = random_weights(seed=3)
+    draft = nd.NeuralDraft(smollm2, w)
+    smollm2.reset()
+    smollm2.final_states(prompt[:-1], 1)                        # the target holds all but the newest token
+    x = list(prompt)
+    for t in [11, 12, 13]:                                      # draft 3 ahead, one row per call
+        draft.next_probs(np.array(x), 1)
+        x.append(t)
+    assert draft.computed == 3
+    branch = np.array(x[:-2] + [99, 100])                       # roll back two, take another branch
+    got = draft.next_probs(branch, 3)
+    assert draft.computed == 5                                  # only the two new positions
+    np.testing.assert_allclose(got, nd.NeuralDraft(smollm2, w).next_probs(branch, 3), atol=1e-6)
+    smollm2.final_states(branch[:-1], 1)                        # the target advances over the branch
+    got = draft.next_probs(branch, 2)                           # now from the target's own states
+    np.testing.assert_allclose(got, nd.NeuralDraft(smollm2, w).next_probs(branch, 2), atol=1e-6)
+    # negative control: a stale prediction (made before the target advanced) differs from these rows
+    smollm2.reset()
+    smollm2.final_states(prompt[:-1], 1)
+    stale = nd.NeuralDraft(smollm2, w).next_probs(branch, 2)
+    assert np.abs(stale - got).max() > 1e-6
+
+
+def test_greedy_sps_with_the_neural_draft_equals_greedy_ars(smollm2, prompt):
+    target = Warped(smollm2, 0.0)
+    draft = Warped(nd.shipped_draft(smollm2), 0.0)
+    smollm2.reset()
+    expected = sampling.autoregressive_sampling(prompt, target, 24, np.random.default_rng(0))
+    for K in (1, 3):
+        smollm2.reset()
+        run = sampling.RunStats()
+        got = sampling.speculative_sampling(prompt, draft, target, 24, K, np.random.default_rng(K), on_step=run.add)
+        np.testing.assert_array_equal(got, expected)
+        assert run.n_accepted > 0, "the trained draft should agree with the target at least once here"
+
+
+@pytest.fixture(scope="module")
+def first_token_setup(smollm2, prompt):
+    target = Warped(smollm2, 1.0, top_k=8)                    # the law under test: the target's top 8
+    draft = Warped(nd.shipped_draft(smollm2), 1.0, top_k=8)
+    smollm2.reset()
+    q0 = next_distributions(target, prompt, 1)[0]
+    p0 = next_distributions(draft, prompt, 1)[0]
+    law = {(int(y),): float(q0[y]) for y in np.flatnonzero(q0)}
+    return draft, target, law, mrs.acceptance_rate(p0, q0)
+
+
+def _first_tokens(smollm2, prompt, setup, verify, n=2000, seed=0):
+    draft, target, _, _ = setup
+    rng = np.random.default_rng(seed)
+    counts = Counter()
+    for _ in range(n):
+        out = sampling.speculative_sampling(prompt, draft, target, 1, 2, rng, verify=verify)
+        counts[(int(out[len(prompt)]),)] += 1
+    return counts
+
+
+def test_first_sampled_token_with_the_neural_draft_has_the_target_law(smollm2, prompt, first_token_setup):
+    _, _, law, alpha = first_token_setup
+    assert 0.1 < alpha < 0.99, f"alpha {alpha:.2f}: the test needs both accepts and rejects"
+    stat, dof, pvalue = stats.chi_square_gof(_first_tokens(smollm2, prompt, first_token_setup, mrs.verify), law)
+    print(f"neural draft, first token: alpha={alpha:.2f} chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    assert pvalue > stats.LEVEL
+
+
+@pytest.mark.parametrize("name", ["always_accept", "resample_from_q"])
+def test_first_token_test_rejects_broken_verifiers_with_the_neural_draft(smollm2, prompt, first_token_setup, name):
+    counts = _first_tokens(smollm2, prompt, first_token_setup, broken.BROKEN[name])
+    stat, dof, pvalue = stats.chi_square_gof(counts, first_token_setup[2])
+    print(f"{name}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    assert pvalue < stats.LEVEL
+
+
+# ---- training --------------------------------------------------------------------------------------------
+
+def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
+    """A small configuration started from zero (uniform over the kept tokens): training must raise the
+    held-out alpha (lower TV = 1 - alpha) well above where it started, on text it never saw."""
+    config = td.Config(tf_sequences=4, gen_sequences=4, held_out_sequences=3, max_new=16, seq_len=96,
+                       shard_sequences=4, hidden=32, kept=1024, steps=120, batch=64, lr=3e-3, ridge_init=False)
+    lines = []
+    weights = td.run_training(smollm2, config, tmp_path, 1, lines.append)
+    history = weights.meta["history"]
+    start, end = history[0]["held_out_alpha"], history[-1]["held_out_alpha"]
+    print(f"held-out alpha {start:.3f} -> {end:.3f}")
+    assert end > start + 0.05
+    assert any("step 120/120" in line for line in lines)
+    # resuming a finished run reads the checkpoint and trains no further
+    again = td.run_training(smollm2, config, tmp_path, 1, lines.append)
+    assert any("resuming from step 120" in line for line in lines)
+    np.testing.assert_array_equal(again.params["W2"], weights.params["W2"])
+    data_dir = tmp_path / "draft-data" / config.data_key()
+    assert sorted(p.name for p in data_dir.iterdir()) == ["gen-0000-4.npz", "held-0000-3.npz", "tf-0000-4.npz"]
+
+
+def test_training_data_never_includes_humaneval(smollm2):
+    from specref.apps import humaneval as he
+    functions = td.stdlib_functions(0)
+    prompts = {p.prompt.strip()[:80] for p in he.load_problems(progress=lambda *a: None)}
+    assert len(functions) > 1000
+    assert not any(source.strip()[:80] in prompts for source, _ in functions)
+    train, held = td.split(functions)
+    assert not set(map(id, train)) & set(map(id, held)) and len(held) == -(-len(functions) // td.HELD_OUT_EVERY)
