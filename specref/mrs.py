@@ -47,6 +47,8 @@ np.random.default_rng(seed); nothing else of it is used.  verify draws, in this 
         zero), which is the residual draw, and stop;
     if all K were accepted, one rng.random() for sample(q[K]), the bonus token.
 A rejection at position t therefore uses t + 2 uniforms, accepting all K uses K + 1.
+verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); mrs is one step
+of verify (one uniform, plus one for the residual on rejection); verify_greedy draws none.
 verify_block draws, in this order:
     for i = K, K-1, ..., 1 (the stopping coins, last position first):
         one rng.random() = eta_i; if eta_i < h_i, then tau = i and the scan stops;
@@ -54,8 +56,6 @@ verify_block draws, in this order:
     then one rng.random() for the last token: sample(q[K]) if tau = K, the bonus token,
     else sample(max(0, w_tau q[tau] - p[tau])) (q[tau] if that is all zero), the residual draw.
 Stopping at tau >= 1 therefore uses K - tau + 2 uniforms, tau = 0 uses K + 1.
-verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); mrs is one step
-of verify (one uniform, plus one for the residual on rejection); verify_greedy draws none.
 
 sample(d, rng) maps its one uniform u to the token of the inverse CDF of d / S, S = sum(d):
 the smallest i with u * S < d[0] + ... + d[i].  A token with d[i] = 0 is never returned.
