@@ -67,6 +67,11 @@ def greedy(probs: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V] one-hot
 
 def temperature(probs: np.ndarray, T: float) -> np.ndarray:  # [..., V] -> [..., V]
     """softmax(log(probs) / T): the same as dividing the logits by T. Zero stays zero."""
+    support = np.flatnonzero(np.any(probs > 0, axis=tuple(range(probs.ndim - 1))))  # columns some row uses
+    if 2 * len(support) < probs.shape[-1]:  # a draft over part of the vocabulary: warp only those columns
+        out = np.zeros_like(probs)
+        out[..., support] = temperature(probs[..., support], T)
+        return out
     with np.errstate(divide="ignore"):
         logp = np.log(probs) / T  # [..., V], -inf where probs == 0
     logp -= logp.max(axis=-1, keepdims=True)
