@@ -108,7 +108,7 @@ def _flat(value) -> np.ndarray:  # a NumPy array, a torch tensor, a list, a scal
 
 
 def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
-    """`function` as a verifier with `mrs.verify`'s signature: (x_draft [K], p [K, V], q [K+1, V], rng) -> int64 [n]."""
+    """`function` as a verifier with `mrs.verify`'s signature: (x_draft [K], p [K, V], q [K+1, V], rng) -> tokens [n]."""
     def verify(x_draft, p, q, rng):  # [K], [K, V], [K+1, V] -> [n]
         x_draft = np.asarray(x_draft, dtype=np.int64)
         if adapter.log_probs:
