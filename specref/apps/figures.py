@@ -413,14 +413,18 @@ def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int)
     `power_case()`, and below them the power curves.  Returns (p-values by name, power by name)."""
     p, q = power_case()
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
-    axes = top.subplots(2, 4, sharex=True).ravel()
+    samplers = verify_samplers()
+    columns = -(-len(samplers) // 2)  # two rows, one panel per sampler
+    axes = top.subplots(2, columns, sharex=True).ravel()
     pvalues = {}
-    for i, (ax, (name, f)) in enumerate(zip(axes, verify_samplers().items())):
+    for i, (ax, (name, f)) in enumerate(zip(axes, samplers.items())):
         pvalues[name] = verify_pvalues(f, p, q, n_hist, reps_hist, seed=7)
         plot_pvalue_histogram(ax, pvalues[name], name, f"C{i}")
-    for ax in axes[4:]:
+    for ax in axes[len(samplers):]:
+        ax.set_visible(False)
+    for ax in axes[columns:]:
         ax.set_xlabel("chi-square p-value", fontsize=8)
-    for ax in axes[::4]:
+    for ax in axes[::columns]:
         ax.set_ylabel(f"count of {reps_hist} tests", fontsize=8)
     top.suptitle(f"p-values of {reps_hist} tests of n = {n_hist} verify outputs each against the exact law "
                  f"(dotted: uniform); Chen's letters, K = 2 drafts, V = 3 tokens", fontsize=9)
