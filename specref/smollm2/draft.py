@@ -54,7 +54,7 @@ VERSION = 1
 # The draft that ships with the repository: `python -m specref train-draft --install` wrote it;
 # its SHA-256 is checked on load.
 SHIPPED_PATH = pathlib.Path(__file__).resolve().parent / "draft.npz"
-SHIPPED_SHA256 = None  # set when the shipped draft is trained (see DraftError below)
+SHIPPED_SHA256 = "91133637b0be1f51fa8057a4046052c543afaafd0a674b98b2e1c1cbfd2b0fb9"
 
 
 class DraftError(Exception):
@@ -167,6 +167,9 @@ def save_draft(path, weights: DraftWeights) -> str:
                      **{n: weights.params[n].astype(np.float32) for n in PARAM_NAMES})
             f.flush()
             os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)             # mkstemp makes it private; a saved draft is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         pathlib.Path(tmp).unlink(missing_ok=True)
