@@ -19,17 +19,17 @@ from specref.protocol import check_tokens
 
 # "neural" is the trained draft model of specref.smollm2.draft: it needs the target, so callers
 # that offer it pass a factory (the core knows nothing about a particular model).
-DRAFTS = ("prompt-lookup", "ngram", "uniform", "neural")
+DRAFTS = ("prompt-lookup", "ngram", "uniform", "neural", "neural+lookup")
 
 
 def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
             lookup_n: int = 3, neural: Callable[[], object] | None = None):
     """The draft called `name` (one of DRAFTS); the n-gram is fitted on corpus(), the neural draft made by
     neural(), each asked for only when needed."""
-    if name == "neural":
+    if name in ("neural", "neural+lookup"):
         if neural is None:
-            raise ValueError("the neural draft needs its target: pass neural=, a function that returns it")
-        return neural()
+            raise ValueError(f"the {name} draft needs its target: pass neural=, a function that returns the neural draft")
+        return neural() if name == "neural" else CopyOrModel(neural(), V, n=lookup_n)
     if name == "prompt-lookup":
         return PromptLookupDraft(V, n=lookup_n)
     if name == "ngram":
@@ -165,3 +165,51 @@ class PromptLookupDraft(_RowModel):
 
     def __repr__(self) -> str:
         return f"PromptLookupDraft(V={self.V}, n={self.n})"
+
+
+class CopyOrModel:
+    """Copy where the context repeats itself, a draft model elsewhere.
+
+    If the last n tokens occurred earlier in the context, p is one-hot at the token that followed
+    their latest occurrence (prompt lookup without backoff); otherwise p is `model`'s row.  The
+    choice depends only on the tokens, so each row is a fixed distribution given its prefix, which
+    is all modified rejection sampling needs.  A long match is strong evidence of copying (code that
+    repeats a name or a line of the prompt), where a one-hot guess is cheap and often right.
+    """
+
+    def __init__(self, model, V: int, n: int = 3):
+        if V < 1 or n < 1:
+            raise ValueError(f"V and n must be >= 1, got V={V}, n={n}")
+        self.model, self.V, self.n = model, V, n
+        self.copies = 0  # rows that were copies (the rest came from the model)
+
+    def copy(self, tokens: np.ndarray) -> int | None:
+        """The token after the latest earlier occurrence of the last n tokens, or None if there is none."""
+        L = len(tokens)
+        if L <= self.n:
+            return None
+        windows = sliding_window_view(tokens[: L - 1], self.n)  # [L - n, n]; each has a follower
+        hits = np.flatnonzero((windows == tokens[L - self.n:]).all(axis=1))
+        return int(tokens[hits[-1] + self.n]) if hits.size else None
+
+    def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
+        tokens = check_tokens(tokens, self.V)
+        if not 1 <= k <= len(tokens):
+            raise ValueError(f"k must be in [1, {len(tokens)}] for {len(tokens)} tokens, got {k}")
+        rows = []
+        for end in range(len(tokens) - k + 1, len(tokens) + 1):  # the prefix each row conditions on
+            token = self.copy(tokens[:end])
+            if token is None:
+                rows.append(np.asarray(self.model.next_probs(tokens[:end], 1))[0])
+            else:
+                row = np.zeros(self.V)
+                row[token] = 1.0
+                rows.append(row)
+                self.copies += 1
+        return np.stack(rows)
+
+    def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
+        return self.next_probs(tokens, len(tokens))
+
+    def __repr__(self) -> str:
+        return f"CopyOrModel({self.model!r}, n={self.n})"

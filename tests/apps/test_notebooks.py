@@ -19,7 +19,7 @@ from specref.quick import quick_mode
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 CELL_TIMEOUT = 600  # seconds per cell; quick mode keeps every cell far below this
-EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model"]
+EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model", "06_making_a_draft"]
 
 
 def test_all_notebooks_present():

@@ -103,3 +103,34 @@ def test_temperature_on_a_partial_support_equals_the_full_formula():
     expected /= expected.sum(1, keepdims=True)
     np.testing.assert_allclose(warps.temperature(probs, 0.7), expected, rtol=1e-12, atol=0)
     assert np.all(warps.temperature(probs, 0.7)[probs == 0] == 0)
+
+
+def test_copy_or_model_copies_long_matches_and_asks_the_model_otherwise():
+    V = 6
+    model = drafts.UniformDraft(V)
+    d = drafts.CopyOrModel(model, V, n=2)
+    rows = d.next_probs(np.array([0, 1, 2, 3, 0, 1]), 1)      # "0 1" occurred before, followed by 2
+    np.testing.assert_array_equal(rows[0], np.eye(V)[2])
+    rows = d.next_probs(np.array([0, 1, 2, 3, 4, 5]), 1)      # no match: the model's row
+    np.testing.assert_allclose(rows[0], np.full(V, 1 / V))
+    both = d.next_probs(np.array([0, 1, 2, 0, 1]), 2)          # row for "...0" (no match), row for "...0 1" (copy 2)
+    np.testing.assert_allclose(both[0], np.full(V, 1 / V))
+    np.testing.assert_array_equal(both[1], np.eye(V)[2])
+    assert d.copies == 2
+    with pytest.raises(ValueError, match="k must be"):
+        d.next_probs(np.array([0, 1]), 3)
+
+
+def test_copy_or_model_keeps_the_target_law():
+    """Whole sequences with the combined draft have the target's law (chi-square at stats.LEVEL, fixed seed)."""
+    from specref import sampling
+    from specref.proof import stats
+    rng0 = np.random.default_rng(7)
+    target = stats.MarkovChain.random(3, order=2, rng=rng0, concentration=0.7)
+    draft = drafts.CopyOrModel(stats.MarkovChain.random(3, order=1, rng=rng0, concentration=0.7), 3, n=2)
+    prompt = np.array([0, 1, 0])
+    law = stats.sequence_law(target, prompt, 4)
+    counts = stats.sample_sequences(lambda r: sampling.speculative_sampling(prompt, draft, target, 4, 2, r),
+                                    4000, len(prompt), np.random.default_rng(8))
+    assert stats.chi_square_gof(counts, law)[2] > stats.LEVEL
+    assert draft.copies > 0
