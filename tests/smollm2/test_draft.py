@@ -8,8 +8,6 @@ same test; training on a small configuration lowers the held-out total variation
 """
 
 import pathlib
-from collections import Counter
-
 import numpy as np
 import pytest
 
@@ -211,12 +209,9 @@ def first_token_setup(smollm2, prompt):
 
 def _first_tokens(smollm2, prompt, setup, verify, n=2000, seed=0):
     draft, target, _, _ = setup
-    rng = np.random.default_rng(seed)
-    counts = Counter()
-    for _ in range(n):
-        out = sampling.speculative_sampling(prompt, draft, target, 1, 2, rng, verify=verify)
-        counts[(int(out[len(prompt)]),)] += 1
-    return counts
+    return stats.sample_sequences(lambda rng: sampling.speculative_sampling(prompt, draft, target, 1, 2, rng,
+                                                                            verify=verify),
+                                  n, len(prompt), np.random.default_rng(seed))
 
 
 def test_first_sampled_token_with_the_neural_draft_has_the_target_law(smollm2, prompt, first_token_setup):

@@ -8,7 +8,6 @@
 """
 
 import argparse
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -74,12 +73,8 @@ def first_token_setup(smollm2, prompt_ids):
 
 def _first_tokens(setup, verify, n=3000, seed=0):
     x, draft, target, _, _ = setup
-    rng = np.random.default_rng(seed)
-    counts = Counter()
-    for _ in range(n):
-        out = sampling.speculative_sampling(x, draft, target, 1, 2, rng, verify=verify)
-        counts[(int(out[len(x)]),)] += 1
-    return counts
+    return stats.sample_sequences(lambda rng: sampling.speculative_sampling(x, draft, target, 1, 2, rng, verify=verify),
+                                  n, len(x), np.random.default_rng(seed))
 
 
 def test_first_sampled_token_has_the_target_law(first_token_setup):
