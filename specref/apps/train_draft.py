@@ -251,7 +251,8 @@ _WORKER_MODEL: SmolLM2 | None = None
 
 def _worker_init(cache_dir) -> None:
     global _WORKER_MODEL
-    _WORKER_MODEL = load_smollm2(cache_dir=cache_dir, progress=lambda *a: None)
+    # one process per core: each multiplies on one thread (a plan's threads would compete)
+    _WORKER_MODEL = load_smollm2(cache_dir=cache_dir, progress=lambda *a: None, plan="panels")
 
 
 def _worker_shard(config: Config, kind: str, index: int, items: list, path: str) -> str:

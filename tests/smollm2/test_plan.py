@@ -1,0 +1,213 @@
+"""specref.smollm2.plan: every way of multiplying gives the same numbers, and plans are chosen, cached and checked.
+
+Tolerances: the candidates add the same float32 products in different orders (GEMV, small GEMM,
+chunks), so they agree to float32 rounding: products to rtol 1e-5 against a float64 reference,
+model logits to 5e-4 absolute (logits are O(10) and pass through 30 layers; the largest
+difference seen is 1.1e-4), next-token probabilities to 2e-5 (3e-6 seen), and greedy tokens exactly.  A negative control
+shows that a split which loses one chunk of columns is caught by the same comparison.
+"""
+
+import dataclasses
+import json
+import threading
+
+import numpy as np
+import pytest
+
+from specref.smollm2 import plan as P
+from specref.smollm2.model import SmolLM2
+from specref.smollm2.weights import PANEL, Config, LayerWeights, Weights, from_panels, to_panels
+
+FORCED = [("panels", 1), ("panels", 2), ("gemm", 1), ("gemm", 2), ("rows", 1), ("rows", 2)]
+
+
+def layout_of(method, w):  # [d_in, d_out] -> the matrix in method's layout
+    return to_panels(w, PANEL) if P.METHODS[method] == "panels" else w
+
+
+@pytest.fixture(scope="module")
+def team():
+    return P.Team(1)
+
+
+@pytest.mark.parametrize("method,threads", FORCED)
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 7, 9, 18, 19, 40])
+def test_every_method_and_split_computes_x_times_w(method, threads, n, team):
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal((96, 40 * PANEL), dtype=np.float32)        # 491 KB: several chunks below
+    x = rng.standard_normal((n, 96), dtype=np.float32)
+    expected = x.astype(np.float64) @ w.astype(np.float64)
+    m = layout_of(method, w)
+    for pad in ([None] + [p for p in (2, 6, 8, 12, 18) if p >= n]) if method == "panels" else [None]:
+        if threads > 1:
+            got = P.split_product(x, m, method, team, pad)
+        else:
+            got = P.PRODUCTS[method](x, m, pad)
+        assert got.dtype == np.float32 and got.shape == (n, w.shape[1])
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_a_split_that_loses_a_chunk_is_caught(team, monkeypatch):
+    """Negative control for the test above: drop the last chunk of columns; the comparison must fail."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((96, 40 * PANEL), dtype=np.float32)
+    x = rng.standard_normal((5, 96), dtype=np.float32)
+    monkeypatch.setattr(P, "CHUNK_BYTES", 64 << 10)
+    whole = P.column_chunks
+    monkeypatch.setattr(P, "column_chunks", lambda w, method: whole(w, method)[:-1])
+    got = P.split_product(x, to_panels(w, PANEL), "panels", team)
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
+
+
+def test_team_runs_every_chunk_once_and_passes_errors_on():
+    team = P.Team(1)
+    for n_chunks in (1, 2, 7, 100):
+        seen, lock = [], threading.Lock()
+
+        def task(k):
+            with lock:
+                seen.append(k)
+
+        team.run(n_chunks, task)
+        assert sorted(seen) == list(range(n_chunks))
+
+    def boom(k):
+        if k == 3:
+            raise ZeroDivisionError("chunk 3")
+
+    with pytest.raises(ZeroDivisionError, match="chunk 3"):
+        for _ in range(20):                    # whichever thread takes chunk 3, the caller raises
+            team.run(8, boom)
+    team.run(4, lambda k: None)                # and the team still works afterwards
+
+
+def test_chunks_cover_the_columns_in_order():
+    w = np.zeros((576, 3072), np.float32)                                  # 7 MB
+    for method in ("panels", "gemm"):
+        m = layout_of(method, w)
+        chunks = P.column_chunks(m, method)
+        units = m.shape[0] if method == "panels" else m.shape[1]
+        assert chunks[0][0] == 0 and chunks[-1][1] == units
+        assert all(b == c for (_, b), (c, _) in zip(chunks, chunks[1:]))
+        assert len(chunks) == round(w.nbytes / P.CHUNK_BYTES)
+
+
+def test_bad_plans_are_refused():
+    good = {n: ("panels", 1, None) for n in P.ROW_COUNTS}
+    with pytest.raises(P.PlanError, match="unknown layout"):
+        P.Plan("columns", good)
+    with pytest.raises(P.PlanError, match="does not run on"):
+        P.Plan("plain", good)
+    with pytest.raises(P.PlanError, match="threads"):
+        P.Plan("panels", {**good, 1: ("panels", 0, None)})
+    with pytest.raises(P.PlanError, match="pad"):
+        P.Plan("panels", {**good, 1: ("panels", 1, 99)})
+    with pytest.raises(P.PlanError, match="unknown method"):
+        P.Plan.fixed("strassen")
+    with pytest.raises(P.PlanError, match="version"):
+        P.Plan.from_json({"version": 0})
+
+
+def test_pick_uses_the_next_planned_row_count():
+    plan = P.Plan("panels", {1: ("panels", 1, 2), 6: ("panels", 1, None), 64: ("panels", 1, None)})
+    assert plan.pick(1) == ("panels", 1, 2)
+    assert plan.pick(4) == ("panels", 1, None)
+    assert plan.pick(30) == plan.pick(500) == ("panels", 1, None)
+
+
+# --- measuring and caching, on a tiny random model -------------------------------------------------
+
+def tiny_weights(seed=0) -> Weights:
+    rng = np.random.default_rng(seed)
+    c = Config(n_layers=2, d_model=64, n_heads=2, n_kv_heads=1, head_dim=32, d_ff=128, vocab_size=256,
+               context_length=64, rms_eps=1e-5, rope_base=10000.0)
+
+    def m(d_in, d_out):
+        return to_panels(rng.standard_normal((d_in, d_out), dtype=np.float32) * 0.1, PANEL)
+
+    layers = tuple(LayerWeights(attn_norm=np.ones(c.d_model, np.float32), w_qkv=m(64, 128), w_o=m(64, 64),
+                                ffn_norm=np.ones(c.d_model, np.float32), w_gate_up=m(64, 256), w_down=m(128, 64))
+                   for _ in range(c.n_layers))
+    return Weights(config=c, head=m(64, 256), layers=layers, output_norm=np.ones(c.d_model, np.float32))
+
+
+def test_measure_keeps_the_fastest_candidate_for_every_row_count():
+    plan = P.measure(tiny_weights(), counts=(1, 2, 5, 6, 64), repeats=1, threads=2, progress=lambda *a: None)
+    assert set(plan.choice) == {1, 2, 5, 6, 64}
+    for n, (method, threads, pad) in plan.choice.items():
+        assert P.METHODS[method] == plan.layout
+        padded = pad if pad else n
+        chosen = plan.ms[padded][f"{method}/{threads}"]
+        # no candidate on this layout at n rows, nor any padding of the panels to more rows, was faster
+        own = [v for name, v in plan.ms[n].items() if P.METHODS[name.split("/")[0]] == plan.layout]
+        assert chosen <= min(own)
+        assert padded >= n and (padded == n or method == "panels")
+    assert "decode" in plan.why and plan.key["cpu"]
+
+
+def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_path, monkeypatch):
+    w = tiny_weights()
+    calls = []
+
+    def fake_measure(weights, progress=print, **kw):
+        calls.append(1)
+        return dataclasses.replace(P.Plan.fixed("panels"), key=P.machine_key(weights), why="measured")
+
+    monkeypatch.setattr(P, "measure", fake_measure)
+    messages = []
+    first = P.plan_for(w, tmp_path, messages.append)
+    path = P.plan_path(w, tmp_path)
+    assert path.exists() and len(calls) == 1
+    again = P.plan_for(w, tmp_path, messages.append)                   # read back, not measured
+    assert len(calls) == 1 and again.choice == first.choice and again.layout == first.layout
+    path.write_text("{ not json")                                      # unreadable: measured again
+    P.plan_for(w, tmp_path, messages.append)
+    assert len(calls) == 2 and any("cannot be read" in m for m in messages)
+    stale = json.loads(path.read_text())
+    stale["key"]["cpu"] = "another CPU"                                # written on another machine
+    path.write_text(json.dumps(stale))
+    P.plan_for(w, tmp_path, messages.append)
+    assert len(calls) == 3 and any("another machine" in m for m in messages)
+    assert json.loads(path.read_text())["key"] == P.machine_key(w)
+    P.plan_for(w, tmp_path, messages.append, remeasure=True)
+    assert len(calls) == 4
+    assert not list(path.parent.glob("*.tmp*"))                         # nothing half-written left
+
+
+def test_in_layout_round_trips_and_embeds_alike():
+    w = tiny_weights()
+    plain = P.in_layout(w, "plain")
+    assert plain.head.ndim == 2 and all(m.ndim == 2 for m in plain.matrices())
+    back = P.in_layout(plain, "panels")
+    for a, b in zip(w.matrices(), back.matrices()):
+        np.testing.assert_array_equal(a, b)
+    tokens = np.array([0, 5, 255, 31, 32])
+    np.testing.assert_array_equal(w.embed(tokens), plain.embed(tokens))
+    np.testing.assert_array_equal(from_panels(w.head), plain.head)
+
+
+# --- the real model under every forced plan ---------------------------------------------------------
+
+@pytest.mark.parametrize("method,threads", FORCED)
+def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, threads):
+    base = SmolLM2(smollm2.weights, plan=P.Plan.fixed("panels"))
+    plan = P.Plan.fixed(method, threads)
+    model = SmolLM2(smollm2.weights, plan=plan)
+    assert model.weights.head.ndim == (3 if plan.layout == "panels" else 2)
+    prompt = np.array(smollm2.tokenizer.chat([{"role": "user", "content": "Write a haiku about rain."}]))
+    np.testing.assert_allclose(model.logits(prompt), base.logits(prompt), atol=5e-4, rtol=0)
+    tokens = list(prompt)
+    for _ in range(6):                                                 # greedy decode, then score 5 rows
+        nxt = int(np.argmax(model.next_logits(np.array(tokens))[0]))
+        assert nxt == int(np.argmax(base.next_logits(np.array(tokens))[0]))
+        tokens.append(nxt)
+    scored = np.array(tokens + [100, 200, 300, 400, 500])
+    np.testing.assert_allclose(model.next_probs(scored, 5), base.next_probs(scored, 5), atol=2e-5, rtol=0)
+
+
+def test_the_loaded_model_runs_its_machines_plan(smollm2):
+    assert isinstance(smollm2.plan, P.Plan) and set(smollm2.plan.choice) == set(P.ROW_COUNTS)
+    text = smollm2.plan.describe()
+    assert text.startswith(f"plan: weights in the {smollm2.plan.layout} layout")
+    assert len(text.splitlines()) == 1 + len(P.ROW_COUNTS)
