@@ -66,9 +66,10 @@ under = [max(F(0), qi - pi) for pi, qi in zip(p, q)]           # mass the draft 
 p_reject = sum(pi * (1 - min(F(1), qi / pi)) for pi, qi in zip(p, q) if pi > 0)
 residual = [u / sum(under) for u in under]                     # (q - p)_+
 
-print(f"{'x':>2} {'p':>5} {'q':>5} {'min(p,q)':>9} {'(p-q)+':>7} {'(q-p)+':>7} {'residual':>9}")
+print(f"{'x':>2} {'p':>5} {'q':>5} {'min(p,q)':>9} {'max(0,p-q)':>11} {'max(0,q-p)':>11} {'(q-p)+':>7}")
 for row in zip(names, p, q, accept_and_keep, over, under, residual):
-    print(f"{row[0]:>2} " + " ".join(f"{str(v):>{w}}" for v, w in zip(row[1:], (5, 5, 9, 7, 7, 9))))
+    print(f"{row[0]:>2} " + " ".join(f"{str(v):>{w}}" for v, w in zip(row[1:], (5, 5, 9, 11, 11, 7))))
+print("(q-p)+ is the residual: max(0, q - p) normalised to sum to 1")
 print(f"\nalpha = sum min(p, q) = {alpha}")
 print(f"P(reject) = sum p(x)(1 - min(1, q/p)) = {p_reject}")
 print(f"          = sum max(0, p - q) = {sum(over)}")

@@ -37,6 +37,7 @@ from scipy import stats as sps
 
 from specref.proof import broken, stats
 from specref.apps import figures
+from specref.apps.progress import Progress
 from specref import mrs, sampling
 from specref.quick import quick_mode
 
@@ -128,12 +129,15 @@ print("acceptance rate per context:", mrs.acceptance_rate(draft.table, target.ta
 
 runs = 2_000 if QUICK else 20_000
 print(f"\n{runs} runs per sampler")
+progress = Progress(len(figures.verify_samplers()), "samplers tested", unit="samplers")
 for name, f in figures.verify_samplers().items():
     sampler = lambda r, f=f: sampling.speculative_sampling(prompt, draft, target, N, K, r, verify=f)
     counts = stats.sample_sequences(sampler, runs, len(prompt), np.random.default_rng(23))
     stat, dof, pval = stats.chi_square_gof(counts, seq_law)
     print(f"{name:28s} chi-square {stat:10.1f} on {dof:2d} dof, p-value {pval:9.3g}  "
           f"{'REJECT' if pval < stats.LEVEL else 'pass'}")
+    progress.step(name)
+progress.done()
 
 # %% [markdown]
 # `no_bonus` passes here, and rightly: dropping the bonus token loses speed, not correctness (notebook 01 explains
@@ -149,8 +153,10 @@ for name, f in figures.verify_samplers().items():
 
 # %%
 sizes = figures.chi_square_power_sizes(QUICK)
+progress = Progress(figures.chi_square_power_tests(**sizes), "chi-square tests", unit="tests")
 fig = plt.figure(figsize=(12, 6.5), layout="constrained")
-pvalues, power = figures.plot_chi_square_power(fig, **sizes)
+pvalues, power = figures.plot_chi_square_power(fig, **sizes, on_test=progress.step)
+progress.done()
 plt.show()
 for name, r in power.items():
     print(f"{name:28s} rejection rate by n:", ", ".join(f"{n}: {x:.2f}" for n, x in zip(sizes["ns"], r)))

@@ -52,9 +52,13 @@ QUICK = quick_mode()
 # %% [markdown]
 # ## The panel
 #
-# Move the sliders: the plot shows the walltime improvement against $\gamma$ (stars: the optimal $\gamma$), the
-# text lists every quantity. The callbacks are `specref.apps.widgets.speedup_panel` and `specref.apps.widgets.plot_speedup`
-# (tests call them directly). The sliders need a live kernel; the next cell prints the same numbers for fixed settings.
+# Move the sliders (drag them, or click one and use the arrow keys). The left plot is the walltime improvement
+# against $\gamma$ (stars: the optimal $\gamma$; the vertical line: the slider's $\gamma$); $\alpha$, $\gamma$, $c$
+# and `score_slope` move it. $\hat c$ counts arithmetic, not time, so it moves only the right plot, Thm 3.11's
+# operations factor, and the line "arithmetic operations factor" in the text below them. Both y axes stay fixed
+# while the curves fit in them, so what a slider changes is the curve moving, not the axis.
+# The callbacks are `specref.apps.widgets.speedup_panel`, `plot_speedup` and `plot_operations` (tests call them
+# directly). The sliders need a live kernel; the next cell prints the same numbers for fixed settings.
 
 # %%
 panel = widgets.interactive_speedup(alpha=0.7, gamma=4, c=0.05, c_hat=0.05, score_slope=0.25)
@@ -88,8 +92,11 @@ for a, g, ops_paper, speed_paper in table1:
 # %% [markdown]
 # ## The walltime surface and the optimal $\gamma$
 #
-# Thm 3.8 over $\alpha \times \gamma$ for three costs $c$; the white line is 1x (no gain): below-left of it the
-# draft only costs time. The red line is the optimal $\gamma$ for each $\alpha$ (section 3.5).
+# Thm 3.8 over $\alpha \times \gamma$ ($\gamma$ up to 16, as on the sliders) for three costs $c$. The white lines are
+# contours, labelled on the line: the solid one is 1x (no gain), and below-left of it the draft only costs time; the
+# dotted ones are 2x, 3x and 4x. The red line is the optimal $\gamma$ for each $\alpha$ (section 3.5), drawn where it
+# lies inside the grid. With $c = 0$ the draft is free: no setting falls below 1x, so that panel has no 1x line, and
+# every larger $\gamma$ gains a little more, so there is no optimal $\gamma$ to draw.
 
 # %%
 cs = (0.0, 0.05, 0.2)

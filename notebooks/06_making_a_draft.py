@@ -40,6 +40,7 @@ import numpy as np
 from specref import mrs, speedup
 from specref.apps import demo, figures
 from specref.apps import train_draft as td
+from specref.apps.progress import Progress
 from specref.quick import quick_mode
 from specref.smollm2 import draft as nd
 from specref.smollm2.model import load_smollm2
@@ -84,7 +85,9 @@ for name, p in [("close", np.array([0.45, 0.3, 0.15, 0.07, 0.03])), ("flat", np.
 history = draft.weights.meta["history"]
 small = td.Config(tf_sequences=4, gen_sequences=4, held_out_sequences=3, max_new=16, seq_len=96, shard_sequences=4,
                   hidden=32, kept=1024, steps=120 if QUICK else 400, batch=64, lr=3e-3, ridge_init=False)
-live = td.run_training(model, small, pathlib.Path(tempfile.mkdtemp()), 1, lambda s: None)
+log = Progress(0, "small training run")
+live = td.run_training(model, small, pathlib.Path(tempfile.mkdtemp()), 1, log.message)
+log.done()
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 for ax, hist, title in [(axes[0], history, "shipped draft"), (axes[1], live.meta["history"], "small run, from zero")]:
     steps = [h["step"] for h in hist]
@@ -109,18 +112,26 @@ text = ('def running_mean(values, window):\n    """Return the list of means of e
         'values.\n    >>> running_mean([1, 2, 3, 4], 2)\n    [1.5, 2.5, 3.5]\n    """\n   ')
 prompt = model.tokenizer.encode(text)
 runs = {}
+progress = Progress(7, "generations")
 base = demo.generate(model, prompt, "ArS", "-", 1, 0.8, 0.95, N_NEW, 0)
+progress.step("ArS")
 for name in ("neural", "prompt-lookup"):
     for K in (1, 2, 4):
         r = demo.generate(model, prompt, "SpS", name, K, 0.8, 0.95, N_NEW, 0)
         r.speedup = base.stats.ms_per_token / r.stats.ms_per_token
         r.predicted = demo.predict(r, base)
         runs[(name, K)] = r
+        progress.step(f"{name}, K = {K}")
         print(f"{name:13} K={K}: alpha {r.stats.alpha_hat:.2f}, c {r.stats.draft_ms_per_call / base.stats.target_ms_per_call:.3f}, "
               f"{r.stats.tokens_per_target_call:.2f} tokens/call, speedup {r.speedup:.2f}x (predicted {r.predicted:.2f}x)")
 
+progress.done()
 alphas, cs = np.linspace(0.01, 0.95, 120), np.linspace(0.0, 0.3, 120)
 score2 = runs[("neural", 2)].stats.target_ms_per_call / base.stats.target_ms_per_call
+if score2 < 1.0:  # scoring 3 tokens cannot cost less than scoring 1: timing noise
+    print(f"WARNING: scoring K + 1 = 3 tokens measured {score2:.2f} decode steps, below 1: timing noise on a busy "
+          "machine; the surface uses 1")
+    score2 = 1.0
 A, C = np.meshgrid(alphas, cs)
 S = speedup.walltime_improvement_measured(A, 2, C, score2)
 fig, ax = plt.subplots(figsize=(6, 4))

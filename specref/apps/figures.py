@@ -82,7 +82,7 @@ def plot_overlap(ax, p: np.ndarray, q: np.ndarray, names=None):  # [V], [V]
     ax.bar(x, resampled, width=0.6, bottom=accepted, color="C1",
            label=f"(1 - alpha) residual: resampled after a rejection (sum {1 - alpha:.3f})")
     ax.bar(x, p, width=0.8, fill=False, edgecolor="C0", lw=1.5, ls="--", label="p (draft)")
-    ax.plot(x, q, "k_", ms=30, mew=2, label="q (target) = the sum of the two")
+    ax.hlines(q, x - 0.4, x + 0.4, colors="k", lw=2, label="q (target) = the sum of the two")  # a line, also in the legend
     ax.set_xticks(x, names)
     ax.set_ylim(0, 1.6 * max(p.max(), q.max()))  # headroom for the legend
     ax.set_xlabel("token x")
@@ -94,23 +94,45 @@ def plot_overlap(ax, p: np.ndarray, q: np.ndarray, names=None):  # [V], [V]
 
 # ---------------------------------------------------------------- speedup model (Leviathan et al.)
 
-def plot_speedup_surface(ax, c: float, gamma_max: int = 12, vmax: float = 6.0):
-    """Theorem 3.8's walltime improvement over alpha x gamma for one c, with the 1x contour
-    and the optimal gamma per alpha (Leviathan's letters)."""
+SURFACE_GAMMA_MAX = 16  # the surface's gamma axis runs 1..16, as the sliders of notebook 04 do
+
+
+def plot_speedup_surface(ax, c: float, gamma_max: int = SURFACE_GAMMA_MAX, vmax: float = 6.0):
+    """Theorem 3.8's walltime improvement over alpha x gamma for one c, its 1x, 2x, 3x and 4x
+    contours labelled on the lines, and the optimal gamma per alpha where it lies inside the grid
+    (Leviathan's letters)."""
     alphas = np.linspace(0.0, 0.99, 100)
     gammas = np.arange(1, gamma_max + 1)
     A, G = np.meshgrid(alphas, gammas)  # [gamma_max, 100] each
     W = speedup.walltime_improvement(A, G, c)  # [gamma_max, 100]
     im = ax.pcolormesh(alphas, gammas, W, shading="nearest", cmap="viridis", vmin=0.0, vmax=vmax)
-    ax.contour(alphas, gammas, W, levels=[1.0], colors="w", linewidths=1.5)
-    ax.contour(alphas, gammas, W, levels=[2.0, 3.0, 4.0], colors="w", linewidths=0.5, linestyles=":")
-    best = [speedup.optimal_gamma(a, c, gamma_max) for a in alphas]
-    ax.plot(alphas, best, "r-", lw=1.2, label="optimal gamma (sec. 3.5)")
+    for levels, style, width in (([1.0], "-", 1.5), ([2.0, 3.0, 4.0], ":", 0.8)):
+        if W.min() < levels[-1] < W.max() or W.min() < levels[0] < W.max():
+            lines = ax.contour(alphas, gammas, W, levels=levels, colors="w", linewidths=width, linestyles=style)
+            ax.clabel(lines, fmt=lambda v: f"{v:g}x", fontsize=7, colors="w")
+    if c > 0:
+        best = np.array([speedup.optimal_gamma(a, c, gamma_max) for a in alphas], dtype=float)
+        # where gamma_max + 1 would do better, the search stopped at the grid's edge: not an optimum
+        beyond = speedup.walltime_improvement(alphas, gamma_max + 1, c) > speedup.walltime_improvement(alphas, gamma_max, c)
+        best[beyond] = np.nan
+        ax.plot(alphas, best, "r-", lw=1.2, label="optimal gamma (sec. 3.5)")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.set_title(f"c = {c:g}")
+    else:
+        ax.set_title("c = 0: never below 1x; more gamma always gains", fontsize=9)
     ax.set_xlabel("alpha (acceptance rate)")
     ax.set_ylabel("gamma (draft tokens per call)")
-    ax.set_title(f"c = {c:g}")
-    ax.legend(fontsize=7, loc="upper left")
+    ax.set_yticks([1, 4, 8, 12, 16] if gamma_max == 16 else gammas[:: max(1, gamma_max // 4)])
     return im
+
+
+def _log_ticks(ax, axis: str, ticks) -> None:
+    """Plain-number labels at `ticks` on a log axis (matplotlib labels only the powers of the base)."""
+    from matplotlib.ticker import FixedLocator, NullLocator
+    target = ax.yaxis if axis == "y" else ax.xaxis
+    target.set_major_locator(FixedLocator(ticks))
+    target.set_minor_locator(NullLocator())
+    (ax.set_yticks if axis == "y" else ax.set_xticks)(ticks, [f"{t:g}" for t in ticks])
 
 
 def plot_optimal_gamma(ax, cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), gamma_max: int = 64):
@@ -121,6 +143,7 @@ def plot_optimal_gamma(ax, cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), gamma_max: int 
         g[speedup.walltime_improvement(alphas, g, c) <= 1.0] = np.nan  # no gain: no gamma helps
         ax.step(alphas, g, where="mid", label=f"c = {c:g}")
     ax.set_yscale("log", base=2)
+    _log_ticks(ax, "y", [1, 2, 4, 8, 16, 32, 64])
     ax.set_xlabel("alpha (acceptance rate)")
     ax.set_ylabel("optimal gamma")
     ax.set_title("Optimal gamma (Leviathan sec. 3.5, Fig. 3)")
@@ -139,6 +162,7 @@ def plot_optimal_improvement(ax, cs=(0.01, 0.02, 0.05, 0.1, 0.2, 0.5), gamma_max
     ax.axhline(1.0, color="gray", ls="--", lw=1)
     ax.set_yscale("log")
     ax.set_ylim(0.8, 20)
+    _log_ticks(ax, "y", [1, 1.5, 2, 3, 5, 10, 20])
     ax.set_xlabel("alpha (acceptance rate)")
     ax.set_ylabel("walltime improvement at optimal gamma (x)")
     ax.set_title("Thm 3.8 at the optimal gamma")
@@ -217,11 +241,18 @@ def verify_samplers() -> dict:
     return {"verify (correct)": mrs.verify, **broken.BROKEN}
 
 
-def verify_pvalues(verify, p: np.ndarray, q: np.ndarray, n: int, reps: int, seed: int) -> np.ndarray:  # -> [reps]
-    """Chi-square p-values of `reps` independent samples of n verify outputs against the exact law."""
+def verify_pvalues(verify, p: np.ndarray, q: np.ndarray, n: int, reps: int, seed: int,
+                   on_test=None) -> np.ndarray:  # -> [reps]
+    """Chi-square p-values of `reps` independent samples of n verify outputs against the exact law;
+    `on_test()`, if given, is called after each test (progress)."""
     law = stats.verify_law(p, q)
     rng = np.random.default_rng(seed)
-    return np.array([stats.chi_square_gof(stats.sample_verify(verify, p, q, n, rng), law)[2] for _ in range(reps)])
+    out = []
+    for _ in range(reps):
+        out.append(stats.chi_square_gof(stats.sample_verify(verify, p, q, n, rng), law)[2])
+        if on_test is not None:
+            on_test()
+    return np.array(out)
 
 
 def plot_pvalue_histogram(ax, pv: np.ndarray, name: str, color: str = "C0"):
@@ -234,23 +265,32 @@ def plot_pvalue_histogram(ax, pv: np.ndarray, name: str, color: str = "C0"):
     return ax
 
 
-def power_curves(p, q, ns, reps: int, seed: int = 1) -> dict:
+def power_curves(p, q, ns, reps: int, seed: int = 1, on_test=None) -> dict:
     """name -> rejection rate at stats.LEVEL for each n in ns (the false-alarm rate for the correct one)."""
-    return {name: np.array([np.mean(verify_pvalues(f, p, q, n, reps, seed + n) < stats.LEVEL) for n in ns])
+    return {name: np.array([np.mean(verify_pvalues(f, p, q, n, reps, seed + n, on_test) < stats.LEVEL) for n in ns])
             for name, f in verify_samplers().items()}
 
 
+MARKERS = "sovD^<>pPX*h"
+
+
 def plot_power(ax, ns, power: dict, reps: int):
-    """Rejection rate at the suite's level against the number of samples, per sampler."""
+    """Rejection rate at the suite's level against the number of samples, per sampler.  Curves that
+    coincide (several broken samplers reach 1 at the same n) are shifted sideways a little, each
+    with its own marker, so that none hides another; the ticks are the sample sizes used."""
+    k = len(power)
     for i, (name, r) in enumerate(power.items()):
-        ax.plot(ns, r, "o-" if i else "s--", ms=3, color=f"C{i}", label=name)
+        shift = 1.0 + 0.035 * (i - (k - 1) / 2)  # multiplicative: the x axis is logarithmic
+        ax.plot(np.asarray(ns) * shift, r, marker=MARKERS[i % len(MARKERS)], ls="--" if i == 0 else "-",
+                ms=5, lw=1.2, mfc="none" if i % 2 else None, color=f"C{i % 10}", label=name)
     ax.axhline(stats.LEVEL, color="k", ls=":", lw=1, label=f"level {stats.LEVEL:g} (false-alarm rate)")
     ax.set_xscale("log")
-    ax.set_xlabel("n, verify outputs per test")
-    ax.set_ylabel(f"fraction of {reps} tests rejecting at p < {stats.LEVEL:g}")
+    _log_ticks(ax, "x", list(ns))
+    ax.set_xlabel("n, verify outputs per test (points of one n are spread sideways to stay visible)")
+    ax.set_ylabel(f"fraction of {reps} tests\nrejecting at p < {stats.LEVEL:g}")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title("Power of the chi-square test")
-    ax.legend(fontsize=6)
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
 
@@ -280,11 +320,17 @@ def chen_figure1_sizes(quick: bool) -> dict:
     return {"N": 128, "Ks": (1, 2, 3, 4, 5, 6, 7, 8), "n_prompts": len(CHEN_PROMPTS), "reps": 2}
 
 
+def chen_figure1_runs(N: int, Ks, n_prompts: int, reps: int) -> int:
+    """How many generations `measure_chen_figure1` runs with these sizes (for a progress line)."""
+    return n_prompts * reps * (len(Ks) + 1)
+
+
 def measure_chen_figure1(model, N: int, Ks, n_prompts: int, reps: int, temperature: float = 0.8,
-                         top_p: float | None = 0.95, seed: int = 0) -> list[dict]:
+                         top_p: float | None = 0.95, seed: int = 0, on_run=None) -> list[dict]:
     """ArS (K = 0) and SpS with a prompt-lookup draft for each K: one record per run with the
     seconds per N tokens, the target calls (loops), the tokens and the estimated alpha.
-    Sampling settings default to Chen's HumanEval ones (temperature 0.8, nucleus 0.95)."""
+    Sampling settings default to Chen's HumanEval ones (temperature 0.8, nucleus 0.95).
+    `on_run(record)`, if given, is called after each run (progress)."""
     records = []
     for i, text in enumerate(CHEN_PROMPTS[:n_prompts]):
         ids = model.tokenizer.chat([{"role": "user", "content": text}])
@@ -295,13 +341,19 @@ def measure_chen_figure1(model, N: int, Ks, n_prompts: int, reps: int, temperatu
                 records.append({"prompt": i, "rep": rep, "K": K, "seconds": r.stats.seconds, "tokens": len(r.tokens),
                                 "loops": r.stats.loops, "alpha": r.stats.alpha_hat,
                                 "draft_ms": r.stats.draft_ms_per_call})
+                if on_run is not None:
+                    on_run(records[-1])
     return records
 
 
 def predicted_vs_measured(records: list[dict], costs: dict) -> list[dict]:
     """Leviathan Table 4 style, per K: the mean alpha, c (draft step / decode step), the measured
     cost of scoring K + 1 tokens (`specref.apps.costs.measure_costs`), Thm 3.8 with that cost, and
-    the measured speedup (ArS seconds per token / SpS seconds per token, same prompts and runs)."""
+    the measured speedup (ArS seconds per token / SpS seconds per token, same prompts and runs).
+
+    Scoring K + 1 tokens cannot cost less than one decode step, so a measured ratio below 1 is
+    timing noise: the row says so (`score_noise`) and its prediction uses 1 (`score_cost`), so that
+    noise never predicts more speedup than free scoring; `score_measured` keeps what was measured."""
     def mean(key, K):
         return float(np.mean([key(r) for r in records if r["K"] == K]))
 
@@ -310,12 +362,26 @@ def predicted_vs_measured(records: list[dict], costs: dict) -> list[dict]:
     for K in sorted({r["K"] for r in records if r["K"] > 0}):
         alpha = mean(lambda r: r["alpha"], K)
         c = mean(lambda r: r["draft_ms"], K) / costs["decode_ms_per_token"]
-        score = costs["score_ratio"].get(K, float("nan"))
-        rows.append({"K": K, "alpha": alpha, "c": c, "score_cost": score,
+        measured_score = costs["score_ratio"].get(K, float("nan"))
+        noise = bool(measured_score < 1.0)
+        score = 1.0 if noise else measured_score
+        rows.append({"K": K, "alpha": alpha, "c": c, "score_measured": measured_score, "score_noise": noise,
+                     "score_cost": score,
                      "predicted_ideal": float(speedup.walltime_improvement(min(alpha, 1.0), K, c)),
                      "predicted": float(speedup.walltime_improvement_measured(min(alpha, 1.0), K, c, score)),
                      "measured": ars / mean(lambda r: r["seconds"] / r["tokens"], K)})
     return rows
+
+
+def loop_split(records: list[dict]) -> list[dict]:
+    """Per K of `measure_chen_figure1` records (K = 0 is ArS): the mean time of one loop and the
+    draft's share of it (K draft calls per loop), in milliseconds."""
+    out = []
+    for K in sorted({r["K"] for r in records}):
+        rs = [r for r in records if r["K"] == K]
+        out.append({"K": K, "loop_ms": float(np.mean([1000 * r["seconds"] / r["loops"] for r in rs])),
+                    "draft_ms": float(np.mean([K * r["draft_ms"] for r in rs]))})
+    return out
 
 
 def plot_chen_figure1(axes, records: list[dict], N: int):
@@ -378,7 +444,7 @@ def figure_speedup_surface(out: Path, cs=(0.0, 0.05, 0.2)) -> Path:
         im = plot_speedup_surface(ax, c)
     fig.colorbar(im, ax=axes, label="walltime improvement over ArS (x)")
     fig.suptitle("Leviathan et al. Thm 3.8, (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)); "
-                 "white: 1x (solid), 2x, 3x, 4x (dotted)", fontsize=9)
+                 "white lines: 1x (solid, no gain), 2x, 3x, 4x (dotted)", fontsize=9)
     return _save(fig, out, "speedup_surface.png")
 
 
@@ -408,9 +474,15 @@ def chi_square_power_sizes(quick: bool) -> dict:
     return {"n_hist": 800, "reps_hist": 200, "ns": (25, 50, 100, 200, 400, 800, 1600), "reps_power": 60}
 
 
-def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int):
+def chi_square_power_tests(n_hist: int, reps_hist: int, ns, reps_power: int) -> int:
+    """How many chi-square tests `plot_chi_square_power` runs with these sizes (for a progress line)."""
+    return len(verify_samplers()) * (reps_hist + len(ns) * reps_power)
+
+
+def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int, on_test=None):
     """Into `fig`: one p-value histogram per sampler (correct verify, then specref.proof.broken) on
-    `power_case()`, and below them the power curves.  Returns (p-values by name, power by name)."""
+    `power_case()`, and below them the power curves.  Returns (p-values by name, power by name).
+    `on_test()`, if given, is called after each chi-square test (progress)."""
     p, q = power_case()
     top, bottom = fig.subfigures(2, 1, height_ratios=[1.1, 1])
     samplers = verify_samplers()
@@ -418,7 +490,7 @@ def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int)
     axes = top.subplots(2, columns, sharex=True).ravel()
     pvalues = {}
     for i, (ax, (name, f)) in enumerate(zip(axes, samplers.items())):
-        pvalues[name] = verify_pvalues(f, p, q, n_hist, reps_hist, seed=7)
+        pvalues[name] = verify_pvalues(f, p, q, n_hist, reps_hist, seed=7, on_test=on_test)
         plot_pvalue_histogram(ax, pvalues[name], name, f"C{i}")
     for ax in axes[len(samplers):]:
         ax.set_visible(False)
@@ -428,7 +500,7 @@ def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int)
         ax.set_ylabel(f"count of {reps_hist} tests", fontsize=8)
     top.suptitle(f"p-values of {reps_hist} tests of n = {n_hist} verify outputs each against the exact law "
                  f"(dotted: uniform); Chen's letters, K = 2 drafts, V = 3 tokens", fontsize=9)
-    power = power_curves(p, q, ns, reps_power)
+    power = power_curves(p, q, ns, reps_power, on_test=on_test)
     plot_power(bottom.subplots(), ns, power, reps_power)
     return pvalues, power
 

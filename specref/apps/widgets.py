@@ -9,7 +9,8 @@ score_slope  extra cost of each additional token scored in one target call, in d
        steps: a call that scores gamma + 1 tokens costs 1 + score_slope * gamma decode
        steps.  Leviathan's model assumes 0 (parallel scoring is free); on a CPU it is not.
 
-`speedup_panel` and `plot_speedup` are what the sliders call; tests call them directly.
+`speedup_panel`, `plot_speedup` and `plot_operations` are what the sliders call; tests call
+them directly.
 `interactive_speedup` builds the sliders for notebook 04.  `highlight_html` and
 `side_by_side_html` render generated text for notebook 05 (accepted drafts highlighted).
 """
@@ -67,20 +68,44 @@ def speedup_panel(alpha: float, gamma: int, c: float, c_hat: float, score_slope:
     }
 
 
+def at_search_limit(alpha: float, c: float, gamma_max: int = GAMMA_MAX, score_slope: float = 0.0) -> bool:
+    """True when gamma_max + 1 would beat gamma_max: the searched optimum is then the search's limit, not an optimum."""
+    g = np.array([gamma_max, gamma_max + 1])
+    w = speedup.walltime_improvement_measured(alpha, g, c, score_cost(g, score_slope))
+    return bool(w[1] > w[0])
+
+
 def format_panel(d: dict) -> str:
     """The panel's numbers as a few lines of text."""
     bound = f"{d['lower_bound']:.3f}x" if d["lower_bound"] is not None else "none (alpha <= c)"
+    limit = f"  (gamma = {GAMMA_MAX} is the slider's limit; a larger gamma would gain more)"
+    ideal_limit = limit if d["optimal_gamma"] == GAMMA_MAX and at_search_limit(d["alpha"], d["c"]) else ""
+    measured_limit = limit if d["optimal_gamma_measured"] == GAMMA_MAX and at_search_limit(
+        d["alpha"], d["c"], score_slope=d["score_slope"]) else ""
     return "\n".join([
         f"alpha={d['alpha']:.2f}  gamma={d['gamma']}  c={d['c']:.3f}  c_hat={d['c_hat']:.3f}  score_slope={d['score_slope']:.2f}",
         f"expected tokens per target call (Eq. 1):          {d['expected_tokens']:.3f}",
         f"walltime improvement (Thm 3.8):                   {d['walltime_improvement']:.3f}x",
         f"arithmetic operations factor (Thm 3.11):          {d['operations_factor']:.3f}x",
-        f"optimal gamma (sec. 3.5):                         {d['optimal_gamma']}  -> {d['optimal_improvement']:.3f}x",
+        f"optimal gamma (sec. 3.5):                         {d['optimal_gamma']}  -> {d['optimal_improvement']:.3f}x{ideal_limit}",
         f"Cor. 3.9 bound at gamma=1, (1+alpha)/(1+c):       {bound}",
         f"scoring gamma+1 tokens costs                      {d['score_cost']:.2f} decode steps",
         f"walltime improvement with that cost:              {d['walltime_improvement_measured']:.3f}x",
-        f"optimal gamma with that cost:                     {d['optimal_gamma_measured']}  -> {d['optimal_improvement_measured']:.3f}x",
+        f"optimal gamma with that cost:                     {d['optimal_gamma_measured']}  -> "
+        f"{d['optimal_improvement_measured']:.3f}x{measured_limit}",
     ])
+
+
+# The panel's y axes stay fixed ([0, 6] for the walltime, [0, 12] for the operations) while the curves
+# fit, so a slider move shows as the curve moving against fixed gridlines; a curve that leaves that
+# range switches the axis to the largest value any setting can reach (gamma_max + 1 for the walltime,
+# 2 gamma_max + 1 for the operations), so an axis changes at most once over a slider's whole range.
+Y_FIXED = 6.0
+Y_FIXED_OPERATIONS = 12.0
+
+
+def _fixed_top(peak: float, fixed: float, ceiling: float) -> float:
+    return fixed if peak <= fixed else ceiling
 
 
 def plot_speedup(ax, alpha: float, gamma: int, c: float, score_slope: float = 0.0, gamma_max: int = GAMMA_MAX):
@@ -100,32 +125,64 @@ def plot_speedup(ax, alpha: float, gamma: int, c: float, score_slope: float = 0.
         ax.plot([d["optimal_gamma_measured"]], [d["optimal_improvement_measured"]], "*", ms=12, color="C1")
     ax.set_xlabel("gamma (draft tokens per target call; Chen's K)")
     ax.set_ylabel("walltime improvement over ArS (x)")
-    ax.set_title(f"Leviathan's letters: alpha={alpha:.2f}, c={c:.3f}")
-    ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
+    ax.set_title(f"alpha={alpha:.2f}, gamma={gamma}, c={c:.3f}; scoring gamma+1 tokens costs "
+                 f"{d['score_cost']:.2f} steps", fontsize=9)
+    ax.set_xticks(gammas[::1 if gamma_max <= 16 else 2])
+    ax.set_xlim(0.5, gamma_max + 0.5)
+    ax.set_ylim(0, _fixed_top(max(ideal.max(), real.max()), Y_FIXED, gamma_max + 1))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="upper right")
+    return ax
+
+
+def plot_operations(ax, alpha: float, gamma: int, c_hat: float, gamma_max: int = GAMMA_MAX):
+    """Thm 3.11's arithmetic operations factor against gamma for one alpha and c_hat, the chosen gamma marked."""
+    gammas = np.arange(1, gamma_max + 1)
+    ops = speedup.operations_factor(alpha, gammas, c_hat)
+    ax.plot(gammas, ops, "o-", ms=3, color="C2", label="Thm 3.11")
+    ax.axhline(1.0, color="gray", ls="--", lw=1)
+    ax.axvline(gamma, color="k", lw=0.8, alpha=0.5)
+    ax.plot([gamma], [speedup.operations_factor(alpha, gamma, c_hat)], "o", ms=7, color="C2")
+    ax.set_xlabel("gamma")
+    ax.set_ylabel("arithmetic operations over ArS (x)")
+    ax.set_title(f"operations (c_hat={c_hat:.3f}): time is not affected", fontsize=9)
+    ax.set_xticks(gammas[::2])
+    ax.set_xlim(0.5, gamma_max + 0.5)
+    ax.set_ylim(0, _fixed_top(float(ops.max()), Y_FIXED_OPERATIONS, 2 * gamma_max + 1))
+    ax.grid(alpha=0.3)
     return ax
 
 
 def _show(alpha, gamma, c, c_hat, score_slope):
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
-    plot_speedup(ax, alpha, gamma, c, score_slope)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), width_ratios=[1.6, 1], layout="constrained")
+    plot_speedup(a, alpha, gamma, c, score_slope)
+    plot_operations(b, alpha, gamma, c_hat)
     plt.show()
     print(format_panel(speedup_panel(alpha, gamma, c, c_hat, score_slope)))
 
 
+# Every slider has the same width and label width, so the tracks are equally long and aligned;
+# 640 px leaves a track of about 450 px, at least 2 px per step of the finest slider (c, 200 steps).
+SLIDER_LAYOUT = {"width": "640px"}
+SLIDER_STYLE = {"description_width": "100px"}
+
+
 def interactive_speedup(alpha: float = 0.7, gamma: int = 4, c: float = 0.05, c_hat: float = 0.05,
                         score_slope: float = 0.0):
-    """Sliders for alpha, gamma, c, c_hat and score_slope driving `plot_speedup` and `speedup_panel`."""
-    style = {"description_width": "initial"}
+    """Sliders for alpha, gamma, c, c_hat and score_slope driving `plot_speedup`, `plot_operations`
+    and `speedup_panel`."""
+    def slider(kind, **kw):
+        return kind(layout=ipywidgets.Layout(**SLIDER_LAYOUT), style=SLIDER_STYLE, **kw)
+
     return ipywidgets.interactive(
         _show,
-        alpha=ipywidgets.FloatSlider(value=alpha, min=0.0, max=0.99, step=0.01, description="alpha", style=style),
-        gamma=ipywidgets.IntSlider(value=gamma, min=1, max=GAMMA_MAX, description="gamma", style=style),
-        c=ipywidgets.FloatSlider(value=c, min=0.0, max=1.0, step=0.005, readout_format=".3f", description="c", style=style),
-        c_hat=ipywidgets.FloatSlider(value=c_hat, min=0.0, max=1.0, step=0.005, readout_format=".3f",
-                                     description="c_hat", style=style),
-        score_slope=ipywidgets.FloatSlider(value=score_slope, min=0.0, max=1.0, step=0.01,
-                                           description="score_slope", style=style),
+        alpha=slider(ipywidgets.FloatSlider, value=alpha, min=0.0, max=0.99, step=0.01, description="alpha"),
+        gamma=slider(ipywidgets.IntSlider, value=gamma, min=1, max=GAMMA_MAX, description="gamma"),
+        c=slider(ipywidgets.FloatSlider, value=c, min=0.0, max=1.0, step=0.005, readout_format=".3f", description="c"),
+        c_hat=slider(ipywidgets.FloatSlider, value=c_hat, min=0.0, max=1.0, step=0.005, readout_format=".3f",
+                     description="c_hat"),
+        score_slope=slider(ipywidgets.FloatSlider, value=score_slope, min=0.0, max=1.0, step=0.01,
+                           description="score_slope"),
     )
 
 
@@ -141,11 +198,15 @@ def highlight_html(tokenizer, pieces) -> str:
         for i, token in enumerate(tokens):
             text = html.escape(decoder.decode(tokenizer.decode_bytes([int(token)])))
             out.append(f'<span style="background:#b6e3b6">{text}</span>' if i < n_accepted else text)
-    return '<pre style="white-space:pre-wrap;font-size:12px">' + "".join(out) + "</pre>"
+    return '<pre style="white-space:pre-wrap;text-align:left;font-size:12px">' + "".join(out) + "</pre>"
 
 
 def side_by_side_html(columns: dict) -> str:
-    """An HTML table with one column per (title -> HTML body), e.g. ArS next to SpS."""
+    """An HTML table with one column per (title -> HTML body), e.g. ArS next to SpS.
+
+    Every cell is left-aligned: JupyterLab's stylesheet right-aligns table cells, which would
+    push generated code to the right and hide its indentation."""
     head = "".join(f"<th style='text-align:left'>{html.escape(t)}</th>" for t in columns)
-    body = "".join(f"<td style='vertical-align:top;width:{100 // len(columns)}%'>{b}</td>" for b in columns.values())
+    body = "".join(f"<td style='text-align:left;vertical-align:top;width:{100 // len(columns)}%'>{b}</td>"
+                   for b in columns.values())
     return f"<table><tr>{head}</tr><tr>{body}</tr></table>"

@@ -98,3 +98,56 @@ def test_highlight_html_marks_accepted_drafts_and_escapes():
 def test_side_by_side_html_has_one_column_per_title():
     out = widgets.side_by_side_html({"ArS": "<pre>x</pre>", "SpS": "<pre>y</pre>"})
     assert out.count("<th") == 2 and out.count("<td") == 2
+
+
+def test_side_by_side_html_left_aligns_every_cell():
+    # JupyterLab right-aligns table cells; generated code must read as code
+    out = widgets.side_by_side_html({"ArS": widgets.highlight_html(ByteTokenizer(), [([ord(" "), ord("x")], 0)])})
+    assert "<td style='text-align:left;" in out and "text-align:left;font-size" in out
+
+
+def test_search_limit_is_named_only_when_a_larger_gamma_would_gain():
+    assert widgets.at_search_limit(0.7, 0.0)          # c = 0: every larger gamma gains
+    assert not widgets.at_search_limit(0.7, 0.05)     # the optimum is 6 < 16
+    text = widgets.format_panel(widgets.speedup_panel(0.7, 4, 0.0, 0.0))
+    assert "slider's limit" in text
+    assert "slider's limit" not in widgets.format_panel(widgets.speedup_panel(0.7, 4, 0.05, 0.0))
+
+
+def test_panel_axes_stay_fixed_while_the_curves_fit():
+    fig, (a, b) = plt.subplots(1, 2)
+    tops = []
+    for alpha in (0.5, 0.6, 0.7, 0.8):
+        a.clear()
+        b.clear()
+        widgets.plot_speedup(a, alpha, 4, 0.05, 0.25)
+        widgets.plot_operations(b, alpha, 4, 0.05)
+        tops.append((a.get_ylim()[1], b.get_ylim()[1]))
+    assert set(tops) == {(widgets.Y_FIXED, widgets.Y_FIXED_OPERATIONS)}
+    a.clear()
+    widgets.plot_speedup(a, 0.95, 4, 0.0)  # reaches 11.7x: the axis goes to gamma_max + 1 at once
+    assert a.get_ylim()[1] == widgets.GAMMA_MAX + 1
+    assert "gamma=4" in a.get_title() and "costs 1.00 steps" in a.get_title()
+    plt.close(fig)
+
+
+def test_c_hat_moves_only_the_operations_plot():
+    fig, (a, b) = plt.subplots(1, 2)
+    widgets.plot_operations(b, 0.7, 4, 0.05)
+    low = b.get_lines()[0].get_ydata()
+    b.clear()
+    widgets.plot_operations(b, 0.7, 4, 0.5)
+    assert np.all(b.get_lines()[0].get_ydata() > low)
+    plt.close(fig)
+
+
+def test_surface_matches_the_sliders_and_draws_only_real_optima():
+    from specref.apps import figures
+    assert figures.SURFACE_GAMMA_MAX == widgets.GAMMA_MAX
+    fig, (free, costly) = plt.subplots(1, 2)
+    figures.plot_speedup_surface(free, 0.0)
+    figures.plot_speedup_surface(costly, 0.05)
+    assert not free.get_lines()  # c = 0: more gamma always gains, there is no optimum to draw
+    (best,) = costly.get_lines()
+    assert np.nanmax(best.get_ydata()) <= widgets.GAMMA_MAX
+    plt.close(fig)
