@@ -6,6 +6,8 @@ Functions in the picoGPT style, one concept each, shape comments on every def; f
 reuses the cache for the longest prefix it shares with the tokens already processed, rolls the
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
 positions, so one speculative-sampling iteration costs one incremental forward pass.
+Every product with a weight matrix goes through the model's `specref.smollm2.plan.Plan`, measured
+on the machine it runs on: the layout the weights are kept in and how n rows are multiplied.
 """
 
 from typing import Callable

