@@ -15,6 +15,8 @@
 # %% [markdown]
 # # 04 · The speedup model, with sliders
 #
+# **Run time** (Run All, measured on a 2-core machine): about 20 s; about 5 s with `SPECREF_QUICK=1`.
+#
 # Letters here are **Leviathan et al. 2023**'s (section 3), as in `specref.speedup`:
 #
 # | symbol | meaning |

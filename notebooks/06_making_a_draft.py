@@ -15,6 +15,9 @@
 # %% [markdown]
 # # 06 · Making a draft: a small network trained from the target
 #
+# **Run time** (Run All, measured on a 2-core machine shared with other work): about 2.5 minutes, most of it the
+# small training run and the generations, which show their progress; about 30 s with `SPECREF_QUICK=1`.
+#
 # The papers' speedups come from a draft *model*: a network much cheaper than the target whose
 # next-token distribution $p$ is close to the target's $q$. No second model with SmolLM2's tokenizer
 # can be installed here, so specref trains one from the target itself (`python -m specref train-draft`,
