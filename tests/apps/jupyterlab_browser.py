@@ -136,7 +136,9 @@ class Lab:
         self.port = _free_port()
         self.token = secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, **self.env, "JUPYTERLAB_SETTINGS_DIR": str(settings),
+        # the kernels import specref from this repository, as notebooks/ next to it would
+        pythonpath = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        env = {**os.environ, "PYTHONPATH": pythonpath, **self.env, "JUPYTERLAB_SETTINGS_DIR": str(settings),
                "JUPYTERLAB_WORKSPACES_DIR": str(self.tmp / "workspaces"), "JUPYTER_RUNTIME_DIR": str(self.tmp / "runtime")}
         self.log = open(self.tmp / "jupyterlab.log", "w")
         self.proc = subprocess.Popen(
