@@ -282,7 +282,7 @@ def plot_power(ax, ns, power: dict, reps: int):
     for i, (name, r) in enumerate(power.items()):
         shift = 1.0 + 0.035 * (i - (k - 1) / 2)  # multiplicative: the x axis is logarithmic
         ax.plot(np.asarray(ns) * shift, r, marker=MARKERS[i % len(MARKERS)], ls="--" if i == 0 else "-",
-                ms=5, lw=1.2, mfc="none" if i % 2 else None, color=f"C{i % 10}", label=name)
+                ms=6, lw=1.2, mfc="none" if i % 2 else None, color=f"C{i % 10}", label=name)
     ax.axhline(stats.LEVEL, color="k", ls=":", lw=1, label=f"level {stats.LEVEL:g} (false-alarm rate)")
     ax.set_xscale("log")
     _log_ticks(ax, "x", list(ns))
@@ -290,7 +290,7 @@ def plot_power(ax, ns, power: dict, reps: int):
     ax.set_ylabel(f"fraction of {reps} tests\nrejecting at p < {stats.LEVEL:g}")
     ax.set_ylim(-0.03, 1.03)
     ax.set_title("Power of the chi-square test")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.legend(fontsize=9, loc="center left", bbox_to_anchor=(1.01, 0.5))
     return ax
 
 
