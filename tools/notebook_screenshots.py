@@ -19,6 +19,7 @@ from pathlib import Path
 from tests.apps import jupyterlab_browser as lab_browser
 
 FIGURES = Path(__file__).resolve().parents[1] / "figures"
+OUTPUTS = ("notebook04_before.png", "notebook04_after.png")  # what this command writes into --out
 
 
 def panel_screenshot(browser: lab_browser.Browser, path: Path) -> None:
@@ -55,13 +56,13 @@ def main(argv=None) -> int:
             return 1
         text = browser.wait("the panel's first drawing", lambda: browser.widget_output()[0], timeout=30)
         before = browser.slider_value(args.slider)
-        panel_screenshot(browser, args.out / "notebook04_before.png")
+        panel_screenshot(browser, args.out / OUTPUTS[0])
         browser.press_on_slider(args.slider, Keys.ARROW_RIGHT, args.presses)
         browser.wait(f"the panel to redraw after moving {args.slider}",
                      lambda: (lambda t, _: t and t != text and t.splitlines()[0] == _first_line(browser))(
                          *browser.widget_output()), timeout=30)
         time.sleep(0.5)  # let the new image paint
-        panel_screenshot(browser, args.out / "notebook04_after.png")
+        panel_screenshot(browser, args.out / OUTPUTS[1])
         print(f"{args.slider}: {before} -> {browser.slider_value(args.slider)}")
     finally:
         if browser is not None:
