@@ -47,8 +47,9 @@ ROW_COUNTS = tuple(range(1, ROWS + 1)) + (PREFILL,)
 ROWS_METHOD_MAX = 4        # `rows` is timed up to this many rows
 CHUNK_BYTES = 1 << 20      # weights per chunk when a product is split over cores
 LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
+THREADS_MARGIN = 0.10      # a split over threads is chosen only if it saves more than 10% (see `choose`)
 METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
-PLAN_VERSION = 1
+PLAN_VERSION = 2           # 2: threads need THREADS_MARGIN; plans of version 1 are measured again
 
 
 class PlanError(RuntimeError):
@@ -371,6 +372,22 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
                         PRODUCTS[method](x[m.shape[-2]], m, n)
                 times[(method, t)].append(time.perf_counter() - t0)
         ms[n] = {f"{m}/{t}": 1e3 * min(v) for (m, t), v in times.items()}
+    layout, choice, why = choose(ms, counts)
+    why += f"; measured in {time.perf_counter() - started:.0f} s"
+    return Plan(layout, choice, ms, why, machine_key(weights))
+
+
+def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
+    """(layout, choice, why) from measured times: ms[n]["method/threads"] = ms for one pass at n rows.
+
+    A split over threads must save more than THREADS_MARGIN of one thread's time to be chosen: it is
+    measured on an idle machine, and when another process takes a core the split loses far more
+    than it gained (measured at 9 rows on 2 cores: 2 % faster when idle, 1.6x slower with the
+    other core busy), while one thread slows down only by what that process takes.
+    """
+    def cost(v, t):                                            # a split must take < (1 - margin) of one thread's time
+        return v / (1 - THREADS_MARGIN) if t > 1 else v
+
     best = {}                                                  # layout -> n -> (method, threads, pad, ms)
     for layout in ("panels", "plain"):
         best[layout] = {}
@@ -380,8 +397,11 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
                 for name, v in ms[m].items():
                     method, t = name.split("/")
                     if METHODS[method] == layout and (m == n or method == "panels"):
-                        options.append((v, method, int(t), m if method == "panels" and n <= ROWS else None))
-            v, method, t, pad = min(options)
+                        options.append((cost(v, int(t)), v, method, int(t),
+                                        m if method == "panels" and n <= ROWS else None))
+            if not options:
+                raise PlanError(f"no {layout} candidate was measured for {n} rows")
+            _, v, method, t, pad = min(options)
             best[layout][n] = (method, t, pad, v)
     d = {layout: best[layout][counts[0]][3] for layout in best}
     five = 5 if 5 in counts else counts[-1]
@@ -393,9 +413,8 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
         layout = min(d, key=d.get)
         other = "plain" if layout == "panels" else "panels"
         why = f"decodes fastest: {d[layout]:.1f} ms per pass over the weights vs {d[other]:.1f} ms on {other}"
-    why += f"; measured in {time.perf_counter() - started:.0f} s"
-    choice = {n: (m, t, pad) for n, (m, t, pad, _) in best[layout].items()}
-    return Plan(layout, choice, ms, why, machine_key(weights))
+    why += f"; threads only where they save more than {100 * THREADS_MARGIN:.0f}%"
+    return layout, {n: (m, t, pad) for n, (m, t, pad, _) in best[layout].items()}, why
 
 
 def plan_path(weights: Weights, cache_dir=None) -> pathlib.Path:
