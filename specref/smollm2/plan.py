@@ -49,7 +49,7 @@ CHUNK_BYTES = 1 << 20      # weights per chunk when a product is split over core
 LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
 THREADS_MARGIN = 0.10      # a split over threads is chosen only if it saves more than 10% (see `choose`)
 METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
-PLAN_VERSION = 2           # 2: threads need THREADS_MARGIN; plans of version 1 are measured again
+PLAN_VERSION = 3           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved; older plans are measured again
 
 
 class PlanError(RuntimeError):
@@ -347,7 +347,7 @@ def candidates(n: int, team_size: int) -> list:
 
 def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int | None = None,
             progress: Callable = print) -> Plan:
-    """Time every candidate for every row count on all the model's matrices; return the fastest plan."""
+    """Time every candidate for every row count on all the model's matrices (min of `repeats` interleaved passes); return the fastest plan."""
     threads = threads or cores()
     started = time.perf_counter()
     layouts = {"panels": [m if m.ndim == 3 else to_panels(m, PANEL) for m in weights.matrices()],
@@ -355,23 +355,22 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
     team = Team(threads - 1) if threads > 1 else None
     inputs = {n: {d: np.random.default_rng(n).standard_normal((n, d)).astype(np.float32)
                   for d in {m.shape[-2] for m in layouts["panels"]}} for n in counts}
-    ms = {}
-    for n in counts:
-        progress(f"  planning: {n} rows ({time.perf_counter() - started:.0f} s)")
-        cands = candidates(n, threads)
-        times = {c: [] for c in cands}
-        for _ in range(repeats):
-            for method, t in cands:                            # interleaved: drift hits every candidate
+    times = {n: {c: [] for c in candidates(n, threads)} for n in counts}
+    for r in range(repeats):                                   # interleaved over row counts and candidates:
+        progress(f"  planning: pass {r + 1} of {repeats} over {len(counts)} row counts "
+                 f"({time.perf_counter() - started:.0f} s)")
+        for n in counts:                                       # load that comes and goes hits them all alike,
+            x = inputs[n]                                      # so padding n rows to m compares like with like
+            for method, t in times[n]:
                 mats = layouts[METHODS[method]]
-                x = inputs[n]
                 t0 = time.perf_counter()
                 for m in mats:                                 # panels unpadded here: padding is chosen below
                     if t > 1:
                         split_product(x[m.shape[-2]], m, method, team, n)
                     else:
                         PRODUCTS[method](x[m.shape[-2]], m, n)
-                times[(method, t)].append(time.perf_counter() - t0)
-        ms[n] = {f"{m}/{t}": 1e3 * min(v) for (m, t), v in times.items()}
+                times[n][(method, t)].append(time.perf_counter() - t0)
+    ms = {n: {f"{m}/{t}": 1e3 * min(v) for (m, t), v in times[n].items()} for n in counts}
     layout, choice, why = choose(ms, counts)
     why += f"; measured in {time.perf_counter() - started:.0f} s"
     return Plan(layout, choice, ms, why, machine_key(weights))
