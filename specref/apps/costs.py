@@ -5,7 +5,8 @@ Medians over repeats, on the real model:
   the float64 softmax, i.e. what an autoregressive loop pays per token;
 - `weights_stream_ms`: the floor of a decode step, the fastest pass that reads every weight once:
   a matrix-vector product per matrix on one thread (panel or plain layout) or shared by every
-  core, or a plain read of the weights by every core (`weights_stream_ms` below);
+  core, or a plain read of the weights by every core (`stream_passes` below), timed in the same
+  rounds as the decode step and the scoring calls (`scoring_and_stream_ms`);
 - `score_ratio`: K -> (time to score K + 1 new tokens in one call) / (one decode step), K = 1..8;
   this is the `score_cost` of `specref.speedup.walltime_improvement_measured`;
 - `mrs_ms`: one `specref.mrs.verify` call at K = 4, V = 49152;
@@ -33,20 +34,20 @@ TARGETS = {"decode_over_stream": 1.25, "score_ratio_4": 1.2, "score_ratio_8": 1.
            "speedup": 1.5, "prediction_error": 0.15, "peak_rss_mib": 2048, "block_fraction": 0.03}
 
 
-def weights_stream_ms(model: SmolLM2, repeats: int, threads: int | None = None) -> dict:
-    """Median ms of passes that read every weight matrix once: the floor of a decode step.
+def stream_passes(model: SmolLM2, threads: int | None = None) -> dict:
+    """name -> a function that reads every weight matrix once: the candidates for the floor of a decode step.
 
     - `gemv panels`, `gemv plain`: one matrix-vector product per matrix on one thread, in the
       panel layout and in the plain [in, out] layout;
     - `gemv, T threads`: the same products, the matrices shared by T threads (groups of matrices
       taken in turn, so only a few hand-overs per pass);
     - `read, T threads`: T threads summing the weights, a pure memory-bandwidth pass.
-    The floor is the fastest of them (`stream_floor`): what streaming the weights costs on this
-    machine with every core it has.
+    The floor is the fastest of them: what streaming the weights costs on this machine with every
+    core it has.  The functions hold a copy of the weights in the layout the model does not use.
     """
     threads = threads or cores()
     panels = [to_panels(m, PANEL) if m.ndim == 2 else m for m in model.weights.matrices()]
-    plain = [from_panels(m) for m in panels]                   # one of the two lists is a copy, freed on return
+    plain = [from_panels(m) for m in panels]                   # one of the two lists is a copy
     x = {d: np.ones(d, np.float32) for d in {p.shape[1] for p in panels}}
     team = Team(threads - 1) if threads > 1 else None
     groups = np.array_split(np.arange(len(plain)), 4 * threads)   # contiguous groups of matrices
@@ -73,6 +74,43 @@ def weights_stream_ms(model: SmolLM2, repeats: int, threads: int | None = None) 
     passes[f"read, {threads} thread{'s' if threads > 1 else ''}"] = (
         (lambda: team.run(len(groups), read_group)) if team is not None
         else (lambda: [read_group(k) for k in range(len(groups))]))
+    return passes
+
+
+def scoring_and_stream_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX, passes: dict | None = None) -> tuple:
+    """({n: median ms of next_probs on n new tokens after a cached prefix, n = 1..k_max+1},
+    {name: median ms of each of `passes`}), all timed in every one of `repeats` rounds, in a
+    shuffled order, so that load coming and going hits the decode step, the scoring calls and the
+    floor alike and their ratios compare like with like."""
+    V = model.config.vocab_size
+    prefix = list(range(1000, 1000 + PREFIX))
+    model.reset()
+    model.next_probs(np.array(prefix), 1)                      # cache the prefix once
+    passes = passes or {}
+    jobs = [("score", n) for n in range(1, k_max + 2)] + [("pass", name) for name in passes]
+    times = {job: [] for job in jobs}
+    fresh = 5000
+    order = np.random.default_rng(0)
+    for _ in range(repeats):
+        for i in order.permutation(len(jobs)).tolist():
+            kind, what = jobs[i]
+            if kind == "score":
+                fresh = (fresh + 1) % V                        # a first new token unlike the cached one
+                tokens = np.array(prefix + [fresh] + list(range(2000, 2000 + what - 1)))
+                t = time.perf_counter()
+                model.next_probs(tokens, what)
+            else:
+                t = time.perf_counter()
+                passes[what]()
+            times[jobs[i]].append(time.perf_counter() - t)
+    model.reset()
+    ms = {job: 1e3 * float(np.median(v)) for job, v in times.items()}
+    return ({n: ms[("score", n)] for n in range(1, k_max + 2)}, {name: ms[("pass", name)] for name in passes})
+
+
+def weights_stream_ms(model: SmolLM2, repeats: int, threads: int | None = None) -> dict:
+    """name -> median ms of each of `stream_passes` (timed in turn, `repeats` times)."""
+    passes = stream_passes(model, threads)
     times = {name: [] for name in passes}
     for _ in range(repeats):
         for name, f in passes.items():
@@ -84,22 +122,7 @@ def weights_stream_ms(model: SmolLM2, repeats: int, threads: int | None = None) 
 
 def scoring_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX) -> dict:
     """n -> median ms of next_probs on n new tokens after a cached prefix, n = 1..k_max+1."""
-    V = model.config.vocab_size
-    prefix = list(range(1000, 1000 + PREFIX))
-    model.reset()
-    model.next_probs(np.array(prefix), 1)                      # cache the prefix once
-    times = {n: [] for n in range(1, k_max + 2)}
-    fresh = 5000
-    order = np.random.default_rng(0)
-    for _ in range(repeats):
-        for n in order.permutation(list(times)).tolist():      # interleaved, shuffled: drift hits all n alike
-            fresh = (fresh + 1) % V                            # a first new token unlike the cached one
-            tokens = np.array(prefix + [fresh] + list(range(2000, 2000 + n - 1)))
-            t = time.perf_counter()
-            model.next_probs(tokens, n)
-            times[n].append(time.perf_counter() - t)
-    model.reset()
-    return {n: 1e3 * float(np.median(v)) for n, v in times.items()}
+    return scoring_and_stream_ms(model, repeats, k_max)[0]
 
 
 def _softmax_rows(rng: np.random.Generator, n: int, V: int) -> np.ndarray:  # -> [n, V] float64
@@ -123,8 +146,7 @@ def verify_ms(V: int, K: int = 4, repeats: int = 51, verifier=verify) -> float:
 
 def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
     """Decode step, weights-stream floor, scoring cost per K and verify cost, measured now on this machine."""
-    stream = weights_stream_ms(model, repeats)
-    score = scoring_ms(model, repeats)
+    score, stream = scoring_and_stream_ms(model, repeats, passes=stream_passes(model))
     decode = score[1]
     mrs_ms = verify_ms(model.config.vocab_size)
     block_ms = verify_ms(model.config.vocab_size, verifier=verify_block)
