@@ -8,12 +8,13 @@ Both sides get the same token ids (specref's tokenizer).  Hugging Face transform
 dequantized by transformers, `generate(do_sample=False)` without and with
 `prompt_lookup_num_tokens=K` (its default K = 10 and the same K list as specref); specref runs
 ArS and SpS with the prompt-lookup draft, K = 2, 4, 8, 10.  Each side's speedup is its ArS
-ms/token over its SpS ms/token in the same run; the two sides' greedy outputs are compared.
+ms/token over its SpS ms/token in the same run (medians of --repeats interleaved runs); the two
+sides' greedy outputs are compared.
 
 Run outside CI, in the virtual environment of tools/torch_reference.py plus transformers:
 
     /tmp/torchenv/bin/pip install transformers accelerate scipy
-    PYTHONPATH=. /tmp/torchenv/bin/python tools/hf_prompt_lookup.py [--json PATH] [--threads N]
+    PYTHONPATH=. /tmp/torchenv/bin/python tools/hf_prompt_lookup.py [--json PATH] [--threads N] [--repeats 3]
 """
 
 import os
@@ -82,9 +83,13 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: every core)")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the numbers to this JSON file")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="runs of each configuration, interleaved; the median ms/token is kept (default 3)")
     args = parser.parse_args()
     if args.threads < 0:
         parser.error(f"--threads must be >= 0, not {args.threads}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, not {args.repeats}")
     torch.set_num_threads(args.threads or cores())
     spec = load_smollm2()
     eos = spec.tokenizer.eos_id
@@ -95,22 +100,39 @@ def main() -> int:
         print(f"\n{name}: {len(ids)} prompt tokens", flush=True)
         hf_generate(hf, ids, eos)                                                  # warm-up
         demo.generate(spec, ids, "ArS", "-", 0, 0.0, None, 4, 0)
-        hf_ars, hf_ars_ms = hf_generate(hf, ids, eos)
-        ars = demo.generate(spec, ids, "ArS", "-", 0, 0.0, None, NEW_TOKENS, 0, eos)
-        row = {"workload": name, "prompt_tokens": len(ids), "hf_ars_ms": hf_ars_ms,
-               "specref_ars_ms": ars.stats.ms_per_token, "same_greedy_prefix": common_prefix(hf_ars, ars.tokens),
-               "outputs_identical": hf_ars == ars.tokens,
-               "tokens": len(ars.tokens), "hf": {}, "specref": {}}
+        runs = {}                                    # (side, K) -> [(tokens, ms/token, tokens per call)]
+        for _ in range(args.repeats):                # interleaved: drift hits every configuration alike
+            for K in (0,) + KS:
+                new, ms = hf_generate(hf, ids, eos, K or None)
+                runs.setdefault(("hf", K), []).append((new, ms, None))
+                r = demo.generate(spec, ids, "SpS" if K else "ArS", "prompt-lookup" if K else "-", K, 0.0, None,
+                                  NEW_TOKENS, 0, eos)
+                runs.setdefault(("specref", K), []).append((r.tokens, r.stats.ms_per_token,
+                                                            r.stats.tokens_per_target_call))
+
+        def median_ms(side, K):
+            return float(np.median([ms for _, ms, _ in runs[(side, K)]]))
+
+        def all_equal(side, K, reference):
+            return all(tokens == reference for tokens, _, _ in runs[(side, K)])
+
+        hf_ars, ars_tokens = runs[("hf", 0)][0][0], runs[("specref", 0)][0][0]
+        hf_ars_ms, ars_ms = median_ms("hf", 0), median_ms("specref", 0)
+        row = {"workload": name, "prompt_tokens": len(ids), "repeats": args.repeats, "hf_ars_ms": hf_ars_ms,
+               "specref_ars_ms": ars_ms, "same_greedy_prefix": common_prefix(hf_ars, ars_tokens),
+               "outputs_identical": hf_ars == ars_tokens and all_equal("hf", 0, hf_ars) and all_equal("specref", 0, ars_tokens),
+               "tokens": len(ars_tokens), "hf": {}, "specref": {}}
         for K in KS:
-            hf_new, hf_ms = hf_generate(hf, ids, eos, K)
-            sps = demo.generate(spec, ids, "SpS", "prompt-lookup", K, 0.0, None, NEW_TOKENS, 0, eos)
-            row["hf"][K] = {"ms": hf_ms, "speedup": hf_ars_ms / hf_ms, "identical": hf_new == hf_ars}
-            row["specref"][K] = {"ms": sps.stats.ms_per_token, "speedup": ars.stats.ms_per_token / sps.stats.ms_per_token,
-                                 "identical": sps.tokens == ars.tokens,
-                                 "tokens_per_call": sps.stats.tokens_per_target_call}
+            hf_ms, sp_ms = median_ms("hf", K), median_ms("specref", K)
+            per_call = runs[("specref", K)][0][2]
+            row["hf"][K] = {"ms": hf_ms, "ms_runs": [ms for _, ms, _ in runs[("hf", K)]],
+                            "speedup": hf_ars_ms / hf_ms, "identical": all_equal("hf", K, hf_ars)}
+            row["specref"][K] = {"ms": sp_ms, "ms_runs": [ms for _, ms, _ in runs[("specref", K)]],
+                                 "speedup": ars_ms / sp_ms, "identical": all_equal("specref", K, ars_tokens),
+                                 "tokens_per_call": per_call}
             print(f"  K={K:>2}: HF {row['hf'][K]['speedup']:.2f}x ({hf_ms:.1f} ms/token)   "
-                  f"specref {row['specref'][K]['speedup']:.2f}x ({sps.stats.ms_per_token:.1f} ms/token, "
-                  f"{sps.stats.tokens_per_target_call:.2f} tokens/call)", flush=True)
+                  f"specref {row['specref'][K]['speedup']:.2f}x ({sp_ms:.1f} ms/token, "
+                  f"{per_call:.2f} tokens/call)", flush=True)
         rows.append(row)
     key = machine_key(spec.weights)
     print(f"\nCPU {key['cpu']}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
