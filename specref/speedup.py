@@ -82,9 +82,25 @@ def walltime_improvement_measured(alpha, gamma, c, score_cost):
     return expected_tokens(alpha, gamma) / (np.asarray(gamma) * np.asarray(c) + np.asarray(score_cost))
 
 
+def plausible_score_cost(measured: float) -> tuple[float, bool]:
+    """(the scoring cost to predict with, whether the measurement was noise).
+
+    Scoring gamma + 1 tokens in one call does a decode step's work and more, so it cannot cost
+    less than one decode step: a measured ratio below 1 is timing noise, and 1 is used instead,
+    so that noise never predicts more speedup than free scoring.  Raises on a ratio that is not
+    a positive number.
+    """
+    m = float(measured)
+    if not m > 0 or m == float("inf"):
+        raise ValueError(f"a measured scoring cost must be a positive finite ratio, got {measured}")
+    return max(m, 1.0), m < 1.0
+
+
 def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
     """walltime_improvement_measured with costs read off one measured run: c = draft_call /
-    base_call and score_cost = target_call / base_call, where base_call is the time of one
-    decode step (a target call of standard decoding with the same warp), any time unit."""
-    return walltime_improvement_measured(min(alpha, 1.0), gamma, draft_call / base_call, target_call / base_call)
+    base_call and score_cost = target_call / base_call (at least 1: `plausible_score_cost`),
+    where base_call is the time of one decode step (a target call of standard decoding with the
+    same warp), any time unit."""
+    score_cost, _ = plausible_score_cost(target_call / base_call)
+    return walltime_improvement_measured(min(alpha, 1.0), gamma, draft_call / base_call, score_cost)
 

@@ -58,7 +58,8 @@ def workload_row(r: demo.Result) -> dict:
             "tokens_per_target_call": r.stats.tokens_per_target_call,
             "expected_tokens_per_call_token": r.expected_token, "expected_tokens_per_call_block": r.expected_block,
             "target_ms_per_call": r.stats.target_ms_per_call, "draft_ms_per_call": r.stats.draft_ms_per_call,
-            "speedup": r.speedup, "predicted_speedup": r.predicted}
+            "speedup": r.speedup, "predicted_speedup": r.predicted,
+            "score_noise": r.score_noise}
 
 
 def format_workload_checks(costs: dict) -> str:

@@ -71,6 +71,7 @@ class Result:
     expected_block: float = float("nan")  # block verification's, on the same drafts and rows
     speedup: float = float("nan")  # over ArS with the same warp, same run
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
+    score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -120,7 +121,9 @@ def predict(result: Result, base: Result) -> float:
 
     Costs are measured in the same runs, relative to one ArS target call (one decode step
     with the same warp): c = one draft step, score_cost = one SpS target call scoring K + 1
-    tokens.  alpha is the run's estimate.  Not modelled: verify and the loop's own overhead.
+    tokens, at least 1 (`speedup.plausible_score_cost`; the run's `score_noise` says when the
+    measurement was below).  alpha is the run's estimate.  Not modelled: verify and the loop's
+    own overhead.
     """
     if result.method == "ArS":
         return 1.0
@@ -138,7 +141,10 @@ def table(results: list[Result]) -> str:
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
                     f"{r.stats.target_ms_per_call:7.1f} "
                     f"{r.speedup:7.2f}x "
-                    f"{r.predicted:8.2f}x")
+                    f"{r.predicted:8.2f}x" + ("*" if r.score_noise else ""))
+    if any(r.score_noise for r in results):
+        rows.append("* the SpS target call (K + 1 tokens) measured cheaper than the ArS call: timing noise; "
+                    "predicted with a scoring cost of 1 decode step")
     return "\n".join(rows)
 
 
@@ -158,6 +164,8 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             base = base or r
             r.speedup = base.stats.ms_per_token / r.stats.ms_per_token
             r.predicted = predict(r, base)
+            if r.method == "SpS":
+                r.score_noise = speedup.plausible_score_cost(r.stats.target_ms_per_call / base.stats.target_ms_per_call)[1]
             log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)

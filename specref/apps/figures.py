@@ -363,8 +363,8 @@ def predicted_vs_measured(records: list[dict], costs: dict) -> list[dict]:
         alpha = mean(lambda r: r["alpha"], K)
         c = mean(lambda r: r["draft_ms"], K) / costs["decode_ms_per_token"]
         measured_score = costs["score_ratio"].get(K, float("nan"))
-        noise = bool(measured_score < 1.0)
-        score = 1.0 if noise else measured_score
+        score, noise = (speedup.plausible_score_cost(measured_score) if np.isfinite(measured_score)
+                        else (measured_score, False))
         rows.append({"K": K, "alpha": alpha, "c": c, "score_measured": measured_score, "score_noise": noise,
                      "score_cost": score,
                      "predicted_ideal": float(speedup.walltime_improvement(min(alpha, 1.0), K, c)),

@@ -25,7 +25,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 - predicted_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
   (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
-  (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included).
+  (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included);
+  a score_cost below 1 is timing noise (score_noise) and the prediction uses 1.
   predicted_speedup_bench: the same with score_cost from `specref.apps.costs.measure_costs`
   (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
   at the start of the run; skipped with --no-bench-costs.
@@ -329,7 +330,8 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
             "expected_tokens_per_call_block": sum(r.get("expected_block", 0.0) for r in records) / calls
             if calls else None,
             "predicted_speedup": predicted, "c": c if m.draft else None,
-            "score_cost": score_cost if m.draft else None, "tokens": t.tokens,
+            "score_cost": score_cost if m.draft else None,
+            "score_noise": bool(score_cost < 1.0) if m.draft else None, "tokens": t.tokens,
             "ms_per_loop": 1000 * t.seconds / t.loops if t.loops else float("nan"),
         })
     return rows
@@ -347,7 +349,7 @@ def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
             row["predicted_speedup_bench"] = 1.0 if row["draft"] is None else None
             continue
         row["predicted_speedup_bench"] = float(speedup.walltime_improvement_measured(
-            min(row["alpha"], 1 - 1e-12), row["K"], c, ratio))
+            min(row["alpha"], 1 - 1e-12), row["K"], c, speedup.plausible_score_cost(ratio)[0]))
 
 
 def parity(rows: list[dict]) -> list[dict]:

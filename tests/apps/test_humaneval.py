@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from specref import speedup
 from specref.apps import humaneval as he
 from specref.smollm2 import weights
 from specref.drafts import NGramDraft, by_name
@@ -283,3 +284,9 @@ def test_bench_prediction_uses_the_measured_scoring_cost():
     # Leviathan Eq. 1: (1 - 0.5^5) / (1 - 0.5) = 1.9375 tokens per loop, for 4 * 0.01 + 2.0 decode steps
     assert rows[1]["predicted_speedup_bench"] == pytest.approx(1.9375 / 2.04)
     assert rows[0]["predicted_speedup_bench"] == 1.0 and rows[2]["predicted_speedup_bench"] is None
+
+
+def test_bench_prediction_treats_a_scoring_cost_below_one_as_one():
+    rows = [{"draft": "neural", "K": 1, "alpha": 0.4, "c": 0.05}]
+    he.add_bench_prediction(rows, {"score_ratio": {1: 0.94}})
+    assert rows[0]["predicted_speedup_bench"] == pytest.approx(float(speedup.walltime_improvement_measured(0.4, 1, 0.05, 1.0)))

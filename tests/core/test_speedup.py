@@ -103,3 +103,17 @@ def test_lenient_acceptance_rate():
 def test_bad_inputs(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_a_scoring_cost_measured_below_one_decode_step_is_noise_and_predicts_with_one():
+    assert speedup.plausible_score_cost(1.3) == (1.3, False)
+    assert speedup.plausible_score_cost(1.0) == (1.0, False)
+    assert speedup.plausible_score_cost(0.9) == (1.0, True)
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive finite"):
+            speedup.plausible_score_cost(bad)
+    # an SpS call timed at 9 ms against a 10 ms decode step predicts as if it took 10 ms, not more
+    assert speedup.predicted_from_timings(0.6, 4, 0.5, 9.0, 10.0) == pytest.approx(
+        speedup.predicted_from_timings(0.6, 4, 0.5, 10.0, 10.0))
+    # negative control: the unclamped formula would have predicted more
+    assert speedup.walltime_improvement_measured(0.6, 4, 0.05, 0.9) > speedup.predicted_from_timings(0.6, 4, 0.5, 9.0, 10.0)
