@@ -108,23 +108,6 @@ def scoring_and_stream_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX, pass
     return ({n: ms[("score", n)] for n in range(1, k_max + 2)}, {name: ms[("pass", name)] for name in passes})
 
 
-def weights_stream_ms(model: SmolLM2, repeats: int, threads: int | None = None) -> dict:
-    """name -> median ms of each of `stream_passes` (timed in turn, `repeats` times)."""
-    passes = stream_passes(model, threads)
-    times = {name: [] for name in passes}
-    for _ in range(repeats):
-        for name, f in passes.items():
-            t = time.perf_counter()
-            f()
-            times[name].append(time.perf_counter() - t)
-    return {name: 1e3 * float(np.median(v)) for name, v in times.items()}
-
-
-def scoring_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX) -> dict:
-    """n -> median ms of next_probs on n new tokens after a cached prefix, n = 1..k_max+1."""
-    return scoring_and_stream_ms(model, repeats, k_max)[0]
-
-
 def _softmax_rows(rng: np.random.Generator, n: int, V: int) -> np.ndarray:  # -> [n, V] float64
     z = rng.normal(0.0, 3.0, (n, V))  # logits with a spread like the model's
     e = np.exp(z - z.max(axis=1, keepdims=True))

@@ -131,6 +131,17 @@ def predict(result: Result, base: Result) -> float:
                                                 result.stats.target_ms_per_call, base.stats.target_ms_per_call))
 
 
+def fill_prediction(result: Result, base: Result) -> Result:
+    """Set result's speedup over `base` (ArS with the same warp, same run), its prediction (`predict`)
+    and `score_noise` (its SpS call measured cheaper than base's: `speedup.plausible_score_cost`)."""
+    result.speedup = base.stats.ms_per_token / result.stats.ms_per_token
+    result.predicted = predict(result, base)
+    if result.method == "SpS":
+        result.score_noise = speedup.plausible_score_cost(
+            result.stats.target_ms_per_call / base.stats.target_ms_per_call)[1]
+    return result
+
+
 def table(results: list[Result]) -> str:
     head = f"{'method':6} {'draft':13} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
            f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
@@ -162,10 +173,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer,
                          verify)
             base = base or r
-            r.speedup = base.stats.ms_per_token / r.stats.ms_per_token
-            r.predicted = predict(r, base)
-            if r.method == "SpS":
-                r.score_noise = speedup.plausible_score_cost(r.stats.target_ms_per_call / base.stats.target_ms_per_call)[1]
+            fill_prediction(r, base)
             log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)

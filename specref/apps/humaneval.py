@@ -331,7 +331,8 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
             if calls else None,
             "predicted_speedup": predicted, "c": c if m.draft else None,
             "score_cost": score_cost if m.draft else None,
-            "score_noise": bool(score_cost < 1.0) if m.draft else None, "tokens": t.tokens,
+            "score_noise": speedup.plausible_score_cost(score_cost)[1]
+            if m.draft and math.isfinite(score_cost) else None, "tokens": t.tokens,
             "ms_per_loop": 1000 * t.seconds / t.loops if t.loops else float("nan"),
         })
     return rows

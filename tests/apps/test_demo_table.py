@@ -17,8 +17,8 @@ def run(method, target_ms, draft="-", K=0):
 @pytest.mark.parametrize("sps_call_ms, flagged", [(9.0, True), (12.0, False)])
 def test_predict_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_ms, flagged):
     ars, sps = run("ArS", 10.0), run("SpS", sps_call_ms, "ngram", 4)
-    sps.predicted = demo.predict(sps, ars)
-    sps.score_noise = speedup.plausible_score_cost(sps_call_ms / 10.0)[1]
+    demo.fill_prediction(sps, ars)
+    assert sps.score_noise is flagged and sps.speedup == 1.0
     expected = speedup.walltime_improvement_measured(0.5, 4, 0.01, max(1.0, sps_call_ms / 10.0))
     assert sps.predicted == pytest.approx(float(expected))
     text = demo.table([ars, sps])
