@@ -174,19 +174,28 @@ class Team:
                     self._errors.append(e)
 
     def run(self, n_chunks: int, task: Callable[[int], None]) -> None:
-        """Call task(k) for k < n_chunks, each once, on this thread and the workers; return when all are done."""
+        """Call task(k) for k < n_chunks, each once, on this thread and the workers; return when all are done.
+
+        If a chunk raises, the rest of the job is abandoned and the error is raised here, after
+        every worker has let go of the job, so no error of this job can surface in a later one.
+        """
         chunks = iter(range(n_chunks))       # next() on a range iterator is atomic under the GIL
         for q in self._queues:
             q.put((chunks, task))
-        for k in chunks:
-            task(k)
-        for busy in self._busy:              # wait only for chunks a worker has already taken
-            busy.acquire()
-            busy.release()
-        if self._errors:
-            error = self._errors.pop()
-            self._errors.clear()
-            raise error
+        try:
+            for k in chunks:
+                task(k)
+        except BaseException:
+            for _ in chunks:                 # leave no chunk for the workers to start
+                pass
+            raise
+        finally:
+            for busy in self._busy:          # wait only for chunks a worker has already taken
+                busy.acquire()
+                busy.release()
+            errors, self._errors[:] = list(self._errors), []
+        if errors:
+            raise errors[0]
 
 
 def column_chunks(w, method: str) -> list:

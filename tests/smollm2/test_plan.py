@@ -10,6 +10,7 @@ shows that a split which loses one chunk of columns is caught by the same compar
 import dataclasses
 import json
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -80,6 +81,24 @@ def test_team_runs_every_chunk_once_and_passes_errors_on():
         for _ in range(20):                    # whichever thread takes chunk 3, the caller raises
             team.run(8, boom)
     team.run(4, lambda k: None)                # and the team still works afterwards
+
+
+def test_a_failed_job_leaves_no_error_for_the_next_one():
+    # Every chunk raises: the caller raises at its first chunk while the worker may be raising at
+    # another; both errors belong to this job, and the next job must run clean.  (Before the caller
+    # waited for the workers on an error, a worker's error surfaced in the next job: 20 of 20 here.)
+    team = P.Team(1)
+
+    def boom(k):
+        time.sleep(0.001)                      # long enough for the worker to take a chunk too
+        raise ValueError(f"chunk {k}")
+
+    for _ in range(20):
+        with pytest.raises(ValueError, match="chunk"):
+            team.run(8, boom)
+        done = []
+        team.run(4, done.append)
+        assert sorted(done) == [0, 1, 2, 3]
 
 
 def test_chunks_cover_the_columns_in_order():
