@@ -261,3 +261,19 @@ def test_the_loaded_model_runs_its_machines_plan(smollm2):
     text = smollm2.plan.describe()
     assert text.startswith(f"plan: weights in the {smollm2.plan.layout} layout")
     assert len(text.splitlines()) == 1 + len(P.ROW_COUNTS)
+
+
+def test_the_thread_experiments_run_every_variant_to_the_end():
+    # tools/thread_experiments.py (the README's measurements of where a second core could help):
+    # every variant multiplies by every matrix and returns, twice in a row, on small panel matrices.
+    from tools.thread_experiments import ReadAhead, variants
+    rng = np.random.default_rng(0)
+    mats = [to_panels(rng.standard_normal(shape).astype(np.float32), PANEL) for shape in [(64, 96), (64, 64), (96, 64)] * 3]
+    team = P.Team(1)
+    runs = variants(mats, team, ReadAhead(mats))
+    assert sorted(runs) == sorted(["1 thread", "split each product", "halves, one hand-off", "row blocks", "read-ahead helper"])
+    for n in (1, 3):
+        x = {d: rng.standard_normal((n, d)).astype(np.float32) for d in (64, 96)}
+        for name, run in runs.items():
+            for _ in range(2):
+                run(x, 2)
