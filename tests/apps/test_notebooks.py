@@ -5,9 +5,11 @@ jupytext; tests/apps/test_notebook_pairs.py checks that the .ipynb next to it ha
 and no outputs.  Quick mode is read by specref.quick, tested here too.
 """
 
+import datetime
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import jupytext
@@ -34,9 +36,37 @@ def test_notebook_runs(path, monkeypatch):
     nb = jupytext.read(path)
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
+    started = datetime.datetime.now(datetime.timezone.utc)
     client.execute()  # raises CellExecutionError with the failing cell and its traceback
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
+    waits = slow_steps(nb, started, datetime.datetime.now(datetime.timezone.utc))
+    if waits and waits[0][0] > SLOW_STEP:
+        # Not a failure (machines are shared and noisy), but a run has been seen to stall for the
+        # whole CELL_TIMEOUT and then go on without an error; say where the time went.
+        warnings.warn(f"{path.stem}: slowest steps (seconds, step): {waits[:4]}")
+
+
+SLOW_STEP = 120  # seconds; every step of a quick-mode notebook takes far less
+
+
+def slow_steps(nb, started, finished) -> list:
+    """[(seconds, step)] of one run, slowest first, from nbclient's timestamps: the wait before each
+    code cell started (kernel start-up before the first), each cell's own run, and what followed
+    the last (the kernel's shut-down)."""
+    def when(cell, key):
+        stamp = cell.metadata.get("execution", {}).get(key)
+        return datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")) if stamp else None
+
+    steps, last = [], started
+    for i, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        begin, end = when(cell, "iopub.execute_input"), when(cell, "shell.execute_reply")
+        if begin is None or end is None:
+            continue
+        steps += [((begin - last).total_seconds(), f"before code cell {i}"), ((end - begin).total_seconds(), f"code cell {i}")]
+        last = end
+    steps.append(((finished - last).total_seconds(), "after the last code cell"))
+    return sorted(steps, reverse=True)
 
 
 # ---------------------------------------------------------------- specref.quick, the notebooks' switch
