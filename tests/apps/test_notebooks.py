@@ -5,6 +5,7 @@ jupytext; tests/apps/test_notebook_pairs.py checks that the .ipynb next to it ha
 and no outputs.  Quick mode is read by specref.quick, tested here too.
 """
 
+import asyncio
 import datetime
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import jupytext
 import pytest
+import zmq
 from nbclient import NotebookClient
 
 from specref.quick import quick_mode
@@ -37,7 +39,7 @@ def test_notebook_runs(path, monkeypatch):
     client = NotebookClient(nb, timeout=CELL_TIMEOUT, kernel_name="python3",
                             resources={"metadata": {"path": str(path.parent)}})
     started = datetime.datetime.now(datetime.timezone.utc)
-    client.execute()  # raises CellExecutionError with the failing cell and its traceback
+    asyncio.run(execute(client))  # raises CellExecutionError with the failing cell and its traceback
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
     waits = slow_steps(nb, started, datetime.datetime.now(datetime.timezone.utc))
@@ -48,6 +50,31 @@ def test_notebook_runs(path, monkeypatch):
 
 
 SLOW_STEP = 120  # seconds; every step of a quick-mode notebook takes far less
+
+
+async def execute(client: NotebookClient) -> None:
+    """client's notebook run on a fresh event loop, its sockets checked once a second for a missed wake-up.
+
+    zmq sockets wake an asyncio loop through an edge-triggered file descriptor.  In full-suite runs
+    a kernel's reply has been seen waiting on the client's shell socket, unread, while nbclient's
+    poll for it stayed pending until the cell's 600 s timeout (whose last non-blocking poll then
+    found it, so the notebook passed 600 s late).  Reading a socket's EVENTS on the loop's own
+    thread makes pyzmq look again and hand a waiting message to whoever polls for it, so a missed
+    wake-up costs at most a second.
+    """
+    async def check_sockets():
+        while True:
+            await asyncio.sleep(1.0)
+            for channel in ("shell_channel", "iopub_channel"):
+                socket = getattr(getattr(client.kc, channel, None), "socket", None)
+                if socket is not None and not socket.closed:
+                    socket.get(zmq.EVENTS)
+
+    guard = asyncio.ensure_future(check_sockets())
+    try:
+        await client.async_execute()
+    finally:
+        guard.cancel()
 
 
 def slow_steps(nb, started, finished) -> list:
