@@ -19,7 +19,7 @@ from specref.protocol import check_tokens
 
 # "neural" is the trained draft model of specref.smollm2.draft: it needs the target, so callers
 # that offer it pass a factory (the core knows nothing about a particular model).
-DRAFTS = ("prompt-lookup", "ngram", "uniform", "neural", "neural+lookup")
+DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "ngram", "uniform", "neural", "neural+lookup")
 
 
 def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
@@ -30,8 +30,8 @@ def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = l
         if neural is None:
             raise ValueError(f"the {name} draft needs its target: pass neural=, a function that returns the neural draft")
         return neural() if name == "neural" else CopyOrModel(neural(), V, n=lookup_n)
-    if name == "prompt-lookup":
-        return PromptLookupDraft(V, n=lookup_n)
+    if name in ("prompt-lookup", "prompt-lookup-adaptive"):
+        return PromptLookupDraft(V, n=lookup_n, adaptive=name.endswith("adaptive"))
     if name == "ngram":
         return NGramDraft.fit(corpus(), V, n=ngram_order)
     if name == "uniform":
@@ -141,22 +141,46 @@ class PromptLookupDraft(_RowModel):
     With no match for n tokens it backs off to n - 1, ..., 1; with no match at all it
     proposes the last token again.  Drafting K tokens continues the copy, because each
     drafted token becomes part of the context the next lookup sees.
+
+    adaptive=True adds `draft_length` (`specref.protocol`): a call drafts only as far as the copy
+    reaches, that is, nothing unless the last 2 or more tokens occurred earlier (a 1-token match is
+    mostly chance), and at most the tokens that followed that occurrence up to the end of the
+    context, never more than K.  A call without a copy is then a plain decode step instead of
+    scoring K guesses.
     """
 
-    def __init__(self, V: int, n: int = 3):
+    MIN_MATCH = 2  # the shortest match an adaptive draft copies from
+
+    def __init__(self, V: int, n: int = 3, adaptive: bool = False):
         if V < 1 or n < 1:
             raise ValueError(f"V and n must be >= 1, got V={V}, n={n}")
-        self.V, self.n = V, n
+        if adaptive and n < self.MIN_MATCH:
+            raise ValueError(f"an adaptive prompt-lookup draft needs n >= {self.MIN_MATCH}, got n={n}")
+        self.V, self.n, self.adaptive = V, n, adaptive
 
-    def propose(self, tokens: np.ndarray) -> int:
-        """The token the draft puts all its mass on after `tokens`."""
+    def match(self, tokens: np.ndarray, shortest: int = 1) -> tuple[int, int]:
+        """(m, i): the longest m in [shortest, n] whose last m tokens occurred earlier, and the index
+        of the token that followed their latest earlier occurrence; (0, -1) if there is none."""
         L = len(tokens)
-        for m in range(min(self.n, L - 1), 0, -1):
+        for m in range(min(self.n, L - 1), shortest - 1, -1):
             windows = sliding_window_view(tokens[: L - 1], m)  # [L - m, m]; each has a follower
             hits = np.flatnonzero((windows == tokens[L - m:]).all(axis=1))
             if hits.size:
-                return int(tokens[hits[-1] + m])  # the latest earlier match's continuation
-        return int(tokens[-1])
+                return m, int(hits[-1] + m)  # the latest earlier match's continuation
+        return 0, -1
+
+    def propose(self, tokens: np.ndarray) -> int:
+        """The token the draft puts all its mass on after `tokens`."""
+        m, i = self.match(tokens)
+        return int(tokens[i]) if m else int(tokens[-1])
+
+    def draft_length(self, tokens: np.ndarray, K: int) -> int:
+        """K, or with adaptive=True how far the copy reaches (class docstring)."""
+        if not self.adaptive:
+            return K
+        tokens = check_tokens(tokens, self.V)
+        m, i = self.match(tokens, shortest=self.MIN_MATCH)
+        return min(K, len(tokens) - i) if m else 0
 
     def row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
         out = np.zeros(self.V)
@@ -164,7 +188,7 @@ class PromptLookupDraft(_RowModel):
         return out
 
     def __repr__(self) -> str:
-        return f"PromptLookupDraft(V={self.V}, n={self.n})"
+        return f"PromptLookupDraft(V={self.V}, n={self.n}{', adaptive=True' if self.adaptive else ''})"
 
 
 class CopyOrModel:

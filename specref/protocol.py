@@ -4,6 +4,12 @@ A *model* is any callable `model(tokens) -> probs`, tokens an int array [n], pro
 where row i is the distribution of token i+1 given tokens[:i+1].  A model may also offer
 `model.next_probs(tokens, k) -> [k, V]`, the last k rows only; real models do, so that one
 loop step costs one incremental forward pass.
+
+A draft may also offer `draft.draft_length(tokens, K) -> k` with 0 <= k <= K: how many tokens to
+draft after `tokens` in this call (fewer when it has nothing worth proposing; 0 makes the call a
+plain decode step).  Without it a draft drafts K.  The length depends on the context alone and is
+fixed before any draft token is drawn, so every call is still an exact modified rejection
+sampling of k drafts, whatever k is.
 """
 
 from __future__ import annotations
@@ -18,6 +24,17 @@ def next_distributions(model, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] 
     if out.ndim != 2 or out.shape[0] != k:
         raise ValueError(f"{model!r} returned shape {out.shape} for {len(tokens)} tokens; expected [{k}, V] rows")
     return out
+
+
+def draft_length(draft, tokens: np.ndarray, K: int) -> int:
+    """How many tokens `draft` drafts after `tokens` when allowed K: its draft_length if offered, else K."""
+    f = getattr(draft, "draft_length", None)
+    if f is None:
+        return K
+    k = f(tokens, K)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= K:
+        raise ValueError(f"{draft!r}.draft_length returned {k!r} for K = {K}; expected an integer in [0, {K}]")
+    return int(k)
 
 
 def check_tokens(tokens, V: int | None = None, name: str = "tokens", allow_empty: bool = False) -> np.ndarray:  # [n] -> int64 [n]

@@ -25,6 +25,9 @@ Algorithm 2 as printed, with the line numbers used in the comments below:
     14     If all K were accepted, sample x_{n+K+1} ~ q(x | x_1..x_n, x~_1..x~_K), n <- n + 1
     15 end while
 Lines 9-14 are `specref.mrs.verify` (or any verifier with its contract, passed as `verify`).
+K is the most a call drafts: a draft that offers `draft_length` (`specref.protocol`) may draft
+k < K tokens in a call, chosen from the context before drafting; the target then scores k + 1
+tokens, and with k = 0 the call is one step of Algorithm 1.
 Algorithm 1 is lines 3-4 with one target sample per loop.  Algorithm 2 may overshoot T by up to
 K tokens; both functions return exactly N = T - t new tokens: the first N tokens of a longer
 sample have the law of N tokens.
@@ -43,7 +46,7 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 
 from specref import mrs
-from specref.protocol import check_tokens, next_distributions
+from specref.protocol import check_tokens, draft_length, next_distributions
 
 # on_step(step) -> None or a bool; True ends the run after this step
 OnStep = Callable[["Step"], "bool | None"]
@@ -63,7 +66,7 @@ class Step:
     """What one loop iteration did."""
 
     tokens: np.ndarray  # [m] tokens appended this iteration (after truncation to N)
-    n_drafted: int  # draft tokens proposed (K for SpS, 0 for ArS)
+    n_drafted: int  # draft tokens proposed (K for SpS unless the draft drafted fewer, 0 for ArS)
     n_accepted: int  # draft tokens accepted, before truncation to N
     draft_calls: int  # calls of the draft model
 
@@ -88,6 +91,7 @@ class RunStats:
     n_drafted: int = 0
     n_accepted: int = 0
     n_examined: int = 0  # draft positions that met the accept test (see Step.n_examined)
+    calls_by_drafted: list[int] = field(default_factory=list)  # [k]: loop iterations that drafted k tokens
     seconds: float = 0.0  # wall time of the loop (prefill excluded), if timed
     target_seconds: float = 0.0  # of which in target calls
     draft_seconds: float = 0.0  # of which in draft calls
@@ -102,10 +106,14 @@ class RunStats:
         self.n_drafted += step.n_drafted
         self.n_accepted += step.n_accepted
         self.n_examined += step.n_examined
+        k = step.n_drafted
+        self.calls_by_drafted += [0] * (k + 1 - len(self.calls_by_drafted))
+        self.calls_by_drafted[k] += 1
 
     def counts(self) -> dict:
         """The counters and times as a plain dict (a JSON row); the steps are left out."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "steps"}
+        return {f.name: list(v) if isinstance(v := getattr(self, f.name), list) else v
+                for f in fields(self) if f.name != "steps"}
 
     @classmethod
     def total(cls, rows: Iterable[Mapping]) -> "RunStats":
@@ -113,7 +121,10 @@ class RunStats:
         out = cls()
         for row in rows:
             for f in fields(cls):
-                if f.name != "steps":
+                if f.name == "calls_by_drafted":  # a histogram: add bin by bin
+                    a, b = out.calls_by_drafted, list(row[f.name])
+                    out.calls_by_drafted = [x + y for x, y in zip(a + [0] * (len(b) - len(a)), b + [0] * (len(a) - len(b)))]
+                elif f.name != "steps":
                     setattr(out, f.name, getattr(out, f.name) + row[f.name])
         return out
 
@@ -175,7 +186,8 @@ def autoregressive_sampling(x: np.ndarray, model, N: int, rng: np.random.Generat
 
 def speculative_sampling(x: np.ndarray, draft_model, target_model, N: int, K: int, rng: np.random.Generator,
                          verify: Callable = mrs.verify, on_step: OnStep | None = None) -> np.ndarray:  # [t] -> [t+N]
-    """Chen Algorithm 2: x followed by N tokens with the target's law, K drafts per target call.
+    """Chen Algorithm 2: x followed by N tokens with the target's law, K drafts per target call
+    (at most K if the draft offers `draft_length`).
 
     `verify(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens` is lines 9-14 (`mrs.verify`
     by default; tests plug in deliberately broken variants here).
@@ -183,17 +195,21 @@ def speculative_sampling(x: np.ndarray, draft_model, target_model, N: int, K: in
     x = _check_inputs(x, N, K)
     T = len(x) + N  # line 1: minimum target length T (x holds the prompt: n = t, line 3)
     while len(x) < T:  # line 4
+        k = draft_length(draft_model, x, K)  # K, or fewer if the draft says so (module docstring)
         y, p = x, []
-        for _ in range(K):  # line 5
+        for _ in range(k):  # line 5
             p_t = next_distributions(draft_model, y, 1)[0]  # line 6: p(x | x_1..x_n, x~_1..x~_{t-1})
             y = np.append(y, mrs.sample(mrs.check_distribution(p_t, "draft distribution"), rng))  # x~_t ~ p
             p.append(p_t)
-        x_draft = y[len(x):]  # [K] x~_1..x~_K
-        q = next_distributions(target_model, y, K + 1)  # line 8: one target call, K + 1 rows
-        new = verify(x_draft, np.stack(p), q, rng)  # lines 9-14: accepted prefix plus one target token
+        x_draft = y[len(x):]  # [k] x~_1..x~_k
+        q = next_distributions(target_model, y, k + 1)  # line 8: one target call, k + 1 rows
+        if k:
+            new = verify(x_draft, np.stack(p), q, rng)  # lines 9-14: accepted prefix plus one target token
+        else:  # nothing to verify: line 14 alone, x_{n+1} ~ q (Algorithm 1's step)
+            new = np.array([mrs.sample(mrs.check_distribution(q[0], "target distribution"), rng)])
         n_accepted = len(new) - 1
         new = new[: T - len(x)]  # Alg. 2 may overshoot T; keep the first N (same law)
         x = np.concatenate([x, new])  # n <- n + len(new)
-        if on_step is not None and on_step(Step(tokens=new, n_drafted=K, n_accepted=n_accepted, draft_calls=K)):
+        if on_step is not None and on_step(Step(tokens=new, n_drafted=k, n_accepted=n_accepted, draft_calls=k)):
             break
     return x

@@ -104,3 +104,25 @@ def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
     score_cost, _ = plausible_score_cost(target_call / base_call)
     return walltime_improvement_measured(min(alpha, 1.0), gamma, draft_call / base_call, score_cost)
 
+
+def improvement_with_lengths(alpha, calls_by_gamma, c, score_cost):
+    """walltime_improvement_measured for a draft that drafts a different number of tokens per call
+    (`specref.protocol.draft_length`): calls_by_gamma[g] calls drafted g tokens (a histogram).
+
+    Each call yields Eq. 1's tokens for its own gamma, so the tokens per call are Eq. 1 averaged
+    over the calls; a call costs its gamma times c plus its scoring, in decode steps: score_cost
+    is either one number, the mean target call, or one per gamma (score_cost[g] for a call that
+    scored g + 1 tokens; 1 at g = 0, a decode step).  With every call at one gamma this is
+    walltime_improvement_measured.
+    """
+    counts = np.asarray(calls_by_gamma, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0 or np.any(counts < 0) or counts.sum() <= 0:
+        raise ValueError(f"calls_by_gamma must be a histogram of calls (counts >= 0, at least one call), got {calls_by_gamma}")
+    gammas = np.arange(counts.size)
+    _check(alpha, gammas, c)
+    cost = np.asarray(score_cost, dtype=np.float64)
+    if cost.ndim > 1 or (cost.ndim == 1 and cost.size != counts.size) or np.any(~(cost > 0)):
+        raise ValueError(f"score_cost must be one positive number or one per gamma ({counts.size}), got {score_cost}")
+    weights = counts / counts.sum()
+    tokens = np.sum(weights * expected_tokens(alpha, gammas))
+    return float(tokens / np.sum(weights * (gammas * float(c) + cost)))

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref.protocol import next_distributions
+from specref.protocol import draft_length, next_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
 # of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the
@@ -123,6 +123,10 @@ class Warped:
 
     def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
         return self.warp(next_distributions(self.model, tokens, k))
+
+    def draft_length(self, tokens: np.ndarray, K: int) -> int:
+        """The wrapped model's (a warp does not change how far a draft drafts)."""
+        return draft_length(self.model, tokens, K)
 
     def __repr__(self) -> str:
         return f"Warped({self.model!r}, {self.warp})"

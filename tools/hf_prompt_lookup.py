@@ -7,7 +7,8 @@ Three workloads, 128 new tokens each, greedy:
 Both sides get the same token ids (specref's tokenizer).  Hugging Face transformers runs the GGUF
 dequantized by transformers, `generate(do_sample=False)` without and with
 `prompt_lookup_num_tokens=K` (its default K = 10 and the same K list as specref); specref runs
-ArS and SpS with the prompt-lookup draft, K = 2, 4, 8, 10.  Each side's speedup is its ArS
+ArS and SpS with the prompt-lookup draft and with its adaptive variant (`prompt-lookup-adaptive`,
+which drafts only as far as the copy reaches, as Hugging Face's candidates do), K = 2, 4, 8, 10.  Each side's speedup is its ArS
 ms/token over its SpS ms/token in the same run (medians of --repeats interleaved runs); the two
 sides' greedy outputs are compared.
 
@@ -105,10 +106,13 @@ def main() -> int:
             for K in (0,) + KS:
                 new, ms = hf_generate(hf, ids, eos, K or None)
                 runs.setdefault(("hf", K), []).append((new, ms, None))
-                r = demo.generate(spec, ids, "SpS" if K else "ArS", "prompt-lookup" if K else "-", K, 0.0, None,
-                                  NEW_TOKENS, 0, eos)
-                runs.setdefault(("specref", K), []).append((r.tokens, r.stats.ms_per_token,
-                                                            r.stats.tokens_per_target_call))
+                for side, draft in (("specref", "prompt-lookup"), ("specref-adaptive", "prompt-lookup-adaptive")):
+                    if side == "specref-adaptive" and not K:
+                        continue  # one ArS serves both
+                    r = demo.generate(spec, ids, "SpS" if K else "ArS", draft if K else "-", K, 0.0, None,
+                                      NEW_TOKENS, 0, eos)
+                    runs.setdefault((side, K), []).append((r.tokens, r.stats.ms_per_token,
+                                                           r.stats.tokens_per_target_call))
 
         def median_ms(side, K):
             return float(np.median([ms for _, ms, _ in runs[(side, K)]]))
@@ -121,32 +125,37 @@ def main() -> int:
         row = {"workload": name, "prompt_tokens": len(ids), "repeats": args.repeats, "hf_ars_ms": hf_ars_ms,
                "specref_ars_ms": ars_ms, "same_greedy_prefix": common_prefix(hf_ars, ars_tokens),
                "outputs_identical": hf_ars == ars_tokens and all_equal("hf", 0, hf_ars) and all_equal("specref", 0, ars_tokens),
-               "tokens": len(ars_tokens), "hf": {}, "specref": {}}
+               "tokens": len(ars_tokens), "hf": {}, "specref": {}, "specref-adaptive": {}}
         for K in KS:
-            hf_ms, sp_ms = median_ms("hf", K), median_ms("specref", K)
-            per_call = runs[("specref", K)][0][2]
+            hf_ms = median_ms("hf", K)
             row["hf"][K] = {"ms": hf_ms, "ms_runs": [ms for _, ms, _ in runs[("hf", K)]],
                             "speedup": hf_ars_ms / hf_ms, "identical": all_equal("hf", K, hf_ars)}
-            row["specref"][K] = {"ms": sp_ms, "ms_runs": [ms for _, ms, _ in runs[("specref", K)]],
-                                 "speedup": ars_ms / sp_ms, "identical": all_equal("specref", K, ars_tokens),
-                                 "tokens_per_call": per_call}
-            print(f"  K={K:>2}: HF {row['hf'][K]['speedup']:.2f}x ({hf_ms:.1f} ms/token)   "
-                  f"specref {row['specref'][K]['speedup']:.2f}x ({sp_ms:.1f} ms/token, "
-                  f"{per_call:.2f} tokens/call)", flush=True)
+            line = f"  K={K:>2}: HF {row['hf'][K]['speedup']:.2f}x ({hf_ms:.1f} ms/token)"
+            for side in ("specref", "specref-adaptive"):
+                sp_ms, per_call = median_ms(side, K), runs[(side, K)][0][2]
+                row[side][K] = {"ms": sp_ms, "ms_runs": [ms for _, ms, _ in runs[(side, K)]],
+                                "speedup": ars_ms / sp_ms, "identical": all_equal(side, K, ars_tokens),
+                                "tokens_per_call": per_call}
+                line += f"   {side} {row[side][K]['speedup']:.2f}x ({sp_ms:.1f} ms/token, {per_call:.2f} tokens/call)"
+            print(line, flush=True)
         rows.append(row)
     key = machine_key(spec.weights)
     print(f"\nCPU {key['cpu']}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"specref plan: {spec.plan.layout} layout; greedy, {NEW_TOKENS} new tokens")
     print(f"{'workload':<38} {'ArS ms/tok HF':>13} {'specref':>8} {'HF K=10':>8} {'HF best':>8} "
-          f"{'specref best':>13} {'outputs':>8}")
+          f"{'specref best':>13} {'adaptive best':>14} {'outputs':>8}")
     for r in rows:
         hf_best = max(r["hf"].items(), key=lambda kv: kv[1]["speedup"])
         sp_best = max(r["specref"].items(), key=lambda kv: kv[1]["speedup"])
-        same = "same" if r["outputs_identical"] else f"{r['same_greedy_prefix']}/{r['tokens']}"
+        ad_best = max(r["specref-adaptive"].items(), key=lambda kv: kv[1]["speedup"])
+        same = "same" if r["outputs_identical"] and all(v["identical"] for side in ("hf", "specref", "specref-adaptive")
+                                                       for v in r[side].values()) \
+            else f"{r['same_greedy_prefix']}/{r['tokens']}"
         print(f"{r['workload']:<38} {r['hf_ars_ms']:>13.1f} {r['specref_ars_ms']:>8.1f} "
               f"{r['hf'][HF_DEFAULT_K]['speedup']:>7.2f}x {hf_best[1]['speedup']:>5.2f}x@{hf_best[0]:<2} "
-              f"{sp_best[1]['speedup']:>8.2f}x@{sp_best[0]:<3} {same:>8}")
+              f"{sp_best[1]['speedup']:>8.2f}x@{sp_best[0]:<3} {ad_best[1]['speedup']:>9.2f}x@{ad_best[0]:<3} {same:>8}")
         r["hf_best"], r["specref_best"] = hf_best[1]["speedup"], sp_best[1]["speedup"]
+        r["specref_adaptive_best"] = ad_best[1]["speedup"]
     if args.json:
         args.json.write_text(json.dumps({"machine": key, "torch": torch.__version__,
                                          "torch_threads": torch.get_num_threads(), "rows": rows}, indent=1))

@@ -94,6 +94,8 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
                              np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
                              verify=expected)
     stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
+    if draft is not None and stats.calls_by_drafted:
+        expected.add_undrafted_calls(stats.calls_by_drafted[0])
     calls = expected.calls or float("nan")
     return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p,
                   until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
@@ -122,13 +124,17 @@ def predict(result: Result, base: Result) -> float:
     Costs are measured in the same runs, relative to one ArS target call (one decode step
     with the same warp): c = one draft step, score_cost = one SpS target call scoring K + 1
     tokens, at least 1 (`speedup.plausible_score_cost`; the run's `score_noise` says when the
-    measurement was below).  alpha is the run's estimate.  Not modelled: verify and the loop's
-    own overhead.
+    measurement was below).  alpha is the run's estimate.  A draft that drafts fewer than K in
+    some calls is predicted call by call (`speedup.improvement_with_lengths`).  Not modelled:
+    verify and the loop's own overhead.
     """
     if result.method == "ArS":
         return 1.0
-    return float(speedup.predicted_from_timings(result.stats.alpha_hat, result.K, result.stats.draft_ms_per_call,
-                                                result.stats.target_ms_per_call, base.stats.target_ms_per_call))
+    stats = result.stats
+    score_cost = speedup.plausible_score_cost(stats.target_ms_per_call / base.stats.target_ms_per_call)[0]
+    alpha = min(stats.alpha_hat, 1.0) if stats.n_examined else 0.0  # no draft examined: alpha plays no part
+    return float(speedup.improvement_with_lengths(alpha, stats.calls_by_drafted,
+                                                  stats.draft_ms_per_call / base.stats.target_ms_per_call, score_cost))
 
 
 def fill_prediction(result: Result, base: Result) -> Result:
@@ -143,18 +149,19 @@ def fill_prediction(result: Result, base: Result) -> Result:
 
 
 def table(results: list[Result]) -> str:
-    head = f"{'method':6} {'draft':13} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+    w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
+    head = f"{'method':6} {'draft':{w}} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
            f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:6} {r.draft:13} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
+        rows.append(f"{r.method:6} {r.draft:{w}} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
                     f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
                     f"{r.stats.target_ms_per_call:7.1f} "
                     f"{r.speedup:7.2f}x "
                     f"{r.predicted:8.2f}x" + ("*" if r.score_noise else ""))
     if any(r.score_noise for r in results):
-        rows.append("* the SpS target call (K + 1 tokens) measured cheaper than the ArS call: timing noise; "
+        rows.append("* the SpS target call (up to K + 1 tokens) measured cheaper than the ArS call: timing noise; "
                     "predicted with a scoring cost of 1 decode step")
     return "\n".join(rows)
 

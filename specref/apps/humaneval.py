@@ -204,6 +204,8 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
                              method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done,
                              verify=expected)
     stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
+    if method.draft and stats.calls_by_drafted:
+        expected.add_undrafted_calls(stats.calls_by_drafted[0])
     new = stats.new_tokens
     stopped_by = "control" if control.intersection(new) else "stop" if stop and done(new) else "length"
     if stopped_by == "control":
@@ -295,14 +297,18 @@ def end_torn_line(path: pathlib.Path) -> None:
                 f.write(b"\n")
 
 
-def aggregate(records: list[dict]) -> tuple[RunStats, int, int]:
-    """Totals over the problems of one method: the summed run statistics, problems, passed."""
+def aggregate(records: list[dict], K: int) -> tuple[RunStats, int, int]:
+    """Totals over the problems of one method: the summed run statistics, problems, passed.
+
+    A record stored before runs counted their calls by drafted tokens (`calls_by_drafted`) comes
+    from a draft that drafted K in every call (0 for ArS), and is counted so."""
+    records = [r if "calls_by_drafted" in r else {**r, "calls_by_drafted": [0] * K + [r["loops"]]} for r in records]
     return RunStats.total(records), len(records), sum(r.get("status") == "passed" for r in records)
 
 
 def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str]) -> list[dict]:
     """One row per method, as described in the module docstring."""
-    totals = {m: aggregate([stored[(keys[m], t)] for t in task_ids if (keys[m], t) in stored]) for m in methods}
+    totals = {m: aggregate([stored[(keys[m], t)] for t in task_ids if (keys[m], t) in stored], m.K) for m in methods}
     rows = []
     for m in methods:
         t, n_problems, passed = totals[m]
@@ -313,7 +319,8 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         score_cost = t.target_ms_per_call / ars_call
         predicted = 1.0
         if m.draft is not None:
-            predicted = (float(speedup.predicted_from_timings(alpha, m.K, c, score_cost, 1.0))
+            predicted = (float(speedup.improvement_with_lengths(min(alpha, 1.0), t.calls_by_drafted, c,
+                                                                speedup.plausible_score_cost(score_cost)[0]))
                          if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
         low, high = wilson_interval(passed, n_problems)
         records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
@@ -334,23 +341,26 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
             "score_noise": speedup.plausible_score_cost(score_cost)[1]
             if m.draft and math.isfinite(score_cost) else None, "tokens": t.tokens,
             "ms_per_loop": 1000 * t.seconds / t.loops if t.loops else float("nan"),
+            "calls_by_drafted": t.calls_by_drafted,
         })
     return rows
 
 
 def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
-    """Add predicted_speedup_bench to each SpS row whose K the bench measured (see the module docstring)."""
+    """Add predicted_speedup_bench to each SpS row whose every draft length the bench measured (see the module docstring)."""
     if costs is None:
         return
     for row in rows:
-        ratio = costs["score_ratio"].get(row["K"])
+        drafted = row.get("calls_by_drafted") or []
+        ratios = [1.0 if k == 0 else costs["score_ratio"].get(k) for k in range(len(drafted))]
         c = row.get("c")
-        if row["draft"] is None or ratio is None or c is None or not all(
-                math.isfinite(v) for v in (row["alpha"], c)):
+        if row["draft"] is None or not drafted or any(r is None for r, n in zip(ratios, drafted) if n) or c is None \
+                or not all(math.isfinite(v) for v in (row["alpha"], c)):
             row["predicted_speedup_bench"] = 1.0 if row["draft"] is None else None
             continue
-        row["predicted_speedup_bench"] = float(speedup.walltime_improvement_measured(
-            min(row["alpha"], 1 - 1e-12), row["K"], c, speedup.plausible_score_cost(ratio)[0]))
+        row["predicted_speedup_bench"] = speedup.improvement_with_lengths(
+            min(row["alpha"], 1 - 1e-12), drafted, c,
+            [speedup.plausible_score_cost(r)[0] if r is not None else 1.0 for r in ratios])  # a bin without calls: any
 
 
 def parity(rows: list[dict]) -> list[dict]:
@@ -514,7 +524,7 @@ class Benchmark:
         """Tokens/s and alpha so far, per method."""
         out = []
         for m in methods:
-            t, n_problems, passed = aggregate([r for (k, _), r in self.stored.items() if k == keys[m]])
+            t, n_problems, passed = aggregate([r for (k, _), r in self.stored.items() if k == keys[m]], m.K)
             if not t.tokens:
                 continue
             text = f"{m.label} {t.tokens / t.seconds:.1f} tok/s"

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.protocol import next_distributions
+from specref.protocol import draft_length, next_distributions
 from specref.sampling import RunStats, Step, autoregressive_sampling, speculative_sampling
 from specref.warps import Warp, Warped
 
@@ -38,6 +38,13 @@ class Timed:
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
         return self.next_probs(tokens, len(tokens))
+
+    def draft_length(self, tokens: np.ndarray, K: int) -> int:
+        """The wrapped model's; its time counts as the model's (deciding how far to draft is drafting), not as a call."""
+        start = time.perf_counter()
+        k = draft_length(self.model, tokens, K)
+        self.seconds += time.perf_counter() - start
+        return k
 
     def __repr__(self) -> str:
         return f"Timed({self.model!r})"

@@ -325,3 +325,8 @@ class ExpectedTokens:
         self.calls, self.token, self.block = self.calls + 1, self.token + token, self.block + block
         self.seconds += time.perf_counter() - start
         return self.verify(x_draft, p, q, rng)
+
+    def add_undrafted_calls(self, n: int) -> None:
+        """Count n target calls that scored no drafts (the draft's `draft_length` was 0): they are
+        not verified, and yield exactly one token under either verifier."""
+        self.calls, self.token, self.block = self.calls + n, self.token + n, self.block + n

@@ -10,7 +10,8 @@ from specref.apps import demo
 
 def run(method, target_ms, draft="-", K=0):
     stats = types.SimpleNamespace(ms_per_token=10.0, alpha_hat=0.5, tokens_per_target_call=2.0,
-                                  target_ms_per_call=target_ms, draft_ms_per_call=0.1)
+                                  target_ms_per_call=target_ms, draft_ms_per_call=0.1, n_examined=10,
+                                  calls_by_drafted=[0] * K + [5])
     return demo.Result(method, draft, K, 0.0, None, [1, 2, 3], stats, verify="token" if K else "-")
 
 

@@ -12,6 +12,7 @@ from specref import speedup
 from specref.apps import humaneval as he
 from specref.smollm2 import weights
 from specref.drafts import NGramDraft, by_name
+from specref.sampling import RunStats
 from specref.smollm2.tokenizer import Tokenizer
 
 QUICK = he.sandbox.Limits(seconds=5.0)
@@ -157,7 +158,10 @@ def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
                                   np.random.default_rng(2), verify=verify)
                 assert sps.completion == ars.completion, (p.task_id, draft, verify)
                 assert sps.stats.loops < sps.stats.tokens or draft == "uniform" or sps.stats.n_accepted == 0
-                assert 0 <= sps.stats.n_accepted <= sps.stats.n_examined <= sps.stats.n_drafted == 3 * sps.stats.loops
+                assert 0 <= sps.stats.n_accepted <= sps.stats.n_examined <= sps.stats.n_drafted <= 3 * sps.stats.loops
+                drafted = sps.stats.calls_by_drafted  # every call drafts K = 3 unless the draft is adaptive
+                assert sum(drafted) == sps.stats.loops and (drafted[:3] == [0, 0, 0] or draft.endswith("adaptive"))
+                assert sps.stats.n_drafted == sum(k * n for k, n in enumerate(drafted))
                 # one-hot rows: both verifiers expect exactly the tokens greedy produces
                 assert sps.expected_calls == sps.stats.loops
                 assert sps.expected_token == pytest.approx(sps.expected_block)
@@ -277,16 +281,30 @@ def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
 
 
 def test_bench_prediction_uses_the_measured_scoring_cost():
-    rows = [{"draft": None, "K": 0, "alpha": None, "c": None},
-            {"draft": "prompt-lookup", "K": 4, "alpha": 0.5, "c": 0.01},
-            {"draft": "prompt-lookup", "K": 9, "alpha": 0.5, "c": 0.01}]  # K the bench did not measure
+    rows = [{"draft": None, "K": 0, "alpha": None, "c": None, "calls_by_drafted": [7]},
+            {"draft": "prompt-lookup", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [0, 0, 0, 0, 7]},
+            {"draft": "prompt-lookup", "K": 9, "alpha": 0.5, "c": 0.01,   # K the bench did not measure
+             "calls_by_drafted": [0] * 9 + [7]},
+            {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 0, 0, 1]},
+            {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 1, 0, 1]}]
     he.add_bench_prediction(rows, {"score_ratio": {4: 2.0}})
     # Leviathan Eq. 1: (1 - 0.5^5) / (1 - 0.5) = 1.9375 tokens per loop, for 4 * 0.01 + 2.0 decode steps
     assert rows[1]["predicted_speedup_bench"] == pytest.approx(1.9375 / 2.04)
     assert rows[0]["predicted_speedup_bench"] == 1.0 and rows[2]["predicted_speedup_bench"] is None
+    # calls that drafted nothing cost a decode step and yield one token; a length the bench did not measure: none
+    assert rows[3]["predicted_speedup_bench"] == pytest.approx((0.75 + 0.25 * 1.9375) / (0.75 + 0.25 * 2.04))
+    assert rows[4]["predicted_speedup_bench"] is None
 
 
 def test_bench_prediction_treats_a_scoring_cost_below_one_as_one():
-    rows = [{"draft": "neural", "K": 1, "alpha": 0.4, "c": 0.05}]
+    rows = [{"draft": "neural", "K": 1, "alpha": 0.4, "c": 0.05, "calls_by_drafted": [0, 3]}]
     he.add_bench_prediction(rows, {"score_ratio": {1: 0.94}})
     assert rows[0]["predicted_speedup_bench"] == pytest.approx(float(speedup.walltime_improvement_measured(0.4, 1, 0.05, 1.0)))
+
+
+def test_records_stored_before_draft_lengths_were_counted_count_every_call_at_K():
+    new = RunStats(tokens=9, loops=3, draft_calls=6, n_drafted=6, n_accepted=5, n_examined=6, calls_by_drafted=[1, 0, 2])
+    old = {k: v for k, v in RunStats(tokens=8, loops=4, draft_calls=8, n_drafted=8, n_accepted=4,
+                                     n_examined=6).counts().items() if k != "calls_by_drafted"}
+    total, n, passed = he.aggregate([{**new.counts(), "status": "passed"}, old], 2)
+    assert (n, passed) == (2, 1) and total.loops == 7 and total.calls_by_drafted == [1, 0, 2 + 4]

@@ -43,6 +43,26 @@ def test_prompt_lookup_copies_the_latest_match_and_backs_off():
     assert np.all(rows.sum(axis=1) == 1) and set(np.unique(rows)) == {0.0, 1.0}  # deterministic one-hot
 
 
+def test_adaptive_prompt_lookup_drafts_only_as_far_as_the_copy_reaches():
+    d = drafts.PromptLookupDraft(10, n=3, adaptive=True)
+    # last 2 tokens (3, 4) occurred at 1..2, followed by 5 6 7 3 4: the copy reaches 5 tokens
+    x = np.array([2, 3, 4, 5, 6, 7, 3, 4])
+    assert d.match(x, shortest=2) == (2, 3)
+    assert [d.draft_length(x, K) for K in (1, 4, 5, 8)] == [1, 4, 5, 5]
+    # the longest match wins: (6, 3, 4) occurred at 0..2, followed by 5 6 3 4 up to the end
+    assert d.match(np.array([6, 3, 4, 5, 6, 3, 4]), shortest=2) == (3, 3)
+    assert d.draft_length(np.array([6, 3, 4, 5, 6, 3, 4]), 8) == 4
+    assert d.draft_length(np.array([1, 2, 3, 4, 2]), 8) == 0  # only a 1-token match: nothing to copy
+    assert d.draft_length(np.array([7]), 8) == 0
+    # the plain draft always drafts K; its proposals are the same either way
+    plain = drafts.PromptLookupDraft(10, n=3)
+    assert plain.draft_length(x, 6) == 6 and plain.propose(x) == d.propose(x) == 5
+    with pytest.raises(ValueError, match="adaptive prompt-lookup draft needs n >= 2"):
+        drafts.PromptLookupDraft(10, n=1, adaptive=True)
+    with pytest.raises(ValueError, match="out of range"):
+        d.draft_length(np.array([1, 2, 12]), 4)
+
+
 @pytest.mark.parametrize("model", [drafts.UniformDraft(4), drafts.PromptLookupDraft(4),
                                    drafts.NGramDraft.fit([[0, 1, 2, 3]], 4, n=2)])
 def test_drafts_reject_bad_tokens(model):

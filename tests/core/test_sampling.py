@@ -44,7 +44,59 @@ def test_speculative_sequences_have_the_target_law(K):
     assert pvalue > stats.LEVEL
 
 
+class VariableLength:
+    """DRAFT, drafting a context-dependent number of tokens in 0..K per call (every length occurs)."""
+
+    def __init__(self, draft=DRAFT):
+        self.draft, self.lengths = draft, []
+
+    def next_probs(self, tokens, k):
+        return self.draft.next_probs(tokens, k)
+
+    def draft_length(self, tokens, K):
+        k = int(3 * tokens[-1] + len(tokens)) % (K + 1)
+        self.lengths.append(k)
+        return k
+
+
+@pytest.mark.parametrize("K", [1, 3])
+def test_speculative_sequences_have_the_target_law_when_the_draft_length_varies(K):
+    draft = VariableLength()
+    counts = stats.sample_sequences(_sps(K, draft=draft), RUNS, len(PROMPT), np.random.default_rng(200 + K))
+    assert set(draft.lengths) == set(range(K + 1))  # every length, 0 (a plain decode step) included
+    stat, dof, pvalue = stats.chi_square_gof(counts, LAW)
+    print(f"K={K}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    assert pvalue > stats.LEVEL
+
+
+@pytest.mark.parametrize("name", ["always_accept", "resample_from_q", "bonus_wrong_row"])
+def test_sequence_test_rejects_broken_verifiers_when_the_draft_length_varies(name):
+    counts = stats.sample_sequences(_sps(3, verify=broken.BROKEN[name], draft=VariableLength()), RUNS, len(PROMPT),
+                                    np.random.default_rng(202))
+    stat, dof, pvalue = stats.chi_square_gof(counts, LAW)
+    print(f"{name}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    assert pvalue < stats.LEVEL
+
+
+def test_draft_lengths_are_counted_and_a_bad_one_is_named():
+    trace = sampling.RunStats()
+    sampling.speculative_sampling(PROMPT, VariableLength(), TARGET, 40, 3, np.random.default_rng(4), on_step=trace.add)
+    assert sum(trace.calls_by_drafted) == trace.loops and len(trace.calls_by_drafted) == 4
+    assert trace.n_drafted == sum(k * n for k, n in enumerate(trace.calls_by_drafted)) == trace.draft_calls
+    assert all(s.n_drafted == 0 and s.n_accepted == 0 and len(s.tokens) == 1 for s in trace.steps if not s.draft_calls)
+    total = sampling.RunStats.total([trace.counts(), sampling.RunStats(calls_by_drafted=[1]).counts()])
+    assert total.calls_by_drafted == [trace.calls_by_drafted[0] + 1] + trace.calls_by_drafted[1:]
+
+    class TooLong(VariableLength):
+        def draft_length(self, tokens, K):
+            return K + 1
+
+    with pytest.raises(ValueError, match=r"draft_length returned 4 for K = 3; expected an integer in \[0, 3\]"):
+        sampling.speculative_sampling(PROMPT, TooLong(), TARGET, 10, 3, np.random.default_rng(0))
+
+
 @pytest.mark.parametrize("draft", [drafts.UniformDraft(V), drafts.PromptLookupDraft(V, n=2),
+                                   drafts.PromptLookupDraft(V, n=2, adaptive=True),
                                    drafts.NGramDraft.fit([[0, 1, 2, 2, 1, 0, 1, 1]], V, n=2)])
 def test_speculative_sequences_have_the_target_law_for_every_draft(draft):
     counts = stats.sample_sequences(_sps(3, draft=draft), RUNS, len(PROMPT), np.random.default_rng(3))

@@ -117,3 +117,28 @@ def test_a_scoring_cost_measured_below_one_decode_step_is_noise_and_predicts_wit
         speedup.predicted_from_timings(0.6, 4, 0.5, 10.0, 10.0))
     # negative control: the unclamped formula would have predicted more
     assert speedup.walltime_improvement_measured(0.6, 4, 0.05, 0.9) > speedup.predicted_from_timings(0.6, 4, 0.5, 9.0, 10.0)
+
+
+def test_improvement_with_lengths_is_theorem_3_8_call_by_call():
+    # every call at one gamma: exactly walltime_improvement_measured
+    assert speedup.improvement_with_lengths(0.6, [0, 0, 0, 0, 7], 0.05, 1.3) == pytest.approx(
+        speedup.walltime_improvement_measured(0.6, 4, 0.05, 1.3))
+    # half the calls draft nothing (1 token, cost 1), half draft 2 (1 + 0.5 + 0.25 tokens, cost 2 c + 1.2)
+    assert speedup.improvement_with_lengths(0.5, [3, 0, 3], 0.1, [1.0, 1.1, 1.2]) == pytest.approx(
+        (0.5 * 1 + 0.5 * 1.75) / (0.5 * 1.0 + 0.5 * (0.2 + 1.2)))
+    # one mean score cost for all calls: the mean gamma pays c
+    assert speedup.improvement_with_lengths(0.5, [1, 1], 0.1, 1.1) == pytest.approx((1 + 1.5) / 2 / (0.05 + 1.1))
+    # alpha plays no part when no call drafted
+    assert speedup.improvement_with_lengths(0.0, [5], 0.3, 1.0) == speedup.improvement_with_lengths(0.9, [5], 0.3, 1.0) == 1.0
+
+
+@pytest.mark.parametrize("args, message", [
+    ((0.5, [], 0.1, 1.0), "histogram of calls"), ((0.5, [0, 0], 0.1, 1.0), "histogram of calls"),
+    ((0.5, [1, -1], 0.1, 1.0), "histogram of calls"), ((0.5, [[1, 2]], 0.1, 1.0), "histogram of calls"),
+    ((1.5, [1, 2], 0.1, 1.0), "alpha"), ((0.5, [1, 2], -0.1, 1.0), "c must be"),
+    ((0.5, [1, 2], 0.1, 0.0), "score_cost"), ((0.5, [1, 2], 0.1, [1.0, 1.1, 1.2]), "one per gamma"),
+    ((0.5, [1, 2], 0.1, float("nan")), "score_cost"),
+])
+def test_improvement_with_lengths_rejects_bad_input(args, message):
+    with pytest.raises(ValueError, match=message):
+        speedup.improvement_with_lengths(*args)

@@ -36,7 +36,8 @@ def test_greedy_sps_equals_greedy_ars(smollm2, prompt_ids, i):
     V = smollm2.config.vocab_size
     target = Warped(smollm2, 0.0)
     expected = sampling.autoregressive_sampling(x, target, 24, np.random.default_rng(0))
-    for draft in [drafts.PromptLookupDraft(V), drafts.NGramDraft.fit([x], V, n=2), drafts.UniformDraft(V)]:
+    for draft in [drafts.PromptLookupDraft(V), drafts.PromptLookupDraft(V, adaptive=True),
+                  drafts.NGramDraft.fit([x], V, n=2), drafts.UniformDraft(V)]:
         for K in [1, 4]:
             got = sampling.speculative_sampling(x, Warped(draft, 0.0), target, 24, K, np.random.default_rng(K))
             np.testing.assert_array_equal(got, expected, err_msg=f"{draft!r}, K={K}")
