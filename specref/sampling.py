@@ -122,8 +122,8 @@ class RunStats:
         for row in rows:
             for f in fields(cls):
                 if f.name == "calls_by_drafted":  # a histogram: add bin by bin
-                    a, b = out.calls_by_drafted, list(row[f.name])
-                    out.calls_by_drafted = [x + y for x, y in zip(a + [0] * (len(b) - len(a)), b + [0] * (len(a) - len(b)))]
+                    a, b = out.calls_by_drafted, row[f.name]
+                    out.calls_by_drafted = [sum(h[k] for h in (a, b) if k < len(h)) for k in range(max(len(a), len(b)))]
                 elif f.name != "steps":
                     setattr(out, f.name, getattr(out, f.name) + row[f.name])
         return out
