@@ -10,6 +10,7 @@ Every product with a weight matrix goes through the model's `specref.smollm2.pla
 on the machine it runs on: the layout the weights are kept in and how n rows are multiplied.
 """
 
+import functools
 from typing import Callable
 
 import numpy as np
@@ -54,6 +55,14 @@ def softmax(x):  # [..., m] -> [..., m]
     return e
 
 
+@functools.lru_cache(maxsize=64)
+def causal_mask(n):  # -> float32 [n, n], read-only
+    """0 on and below the diagonal, -inf above: added to the scores of n new queries against the last n keys."""
+    mask = np.triu(np.full((n, n), -np.inf, np.float32), 1)
+    mask.flags.writeable = False
+    return mask
+
+
 def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int -> [n, H * hd]
     """Causal grouped-query attention of n new queries at positions start.. over T = start + n cached keys.
 
@@ -67,9 +76,8 @@ def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int ->
     qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd]
     scores = (qg @ k.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))         # [Hkv, g*n, T]
     scores = scores.reshape(Hkv, g, n, T)                                          # [Hkv, g, n, T]
-    if n > 1:                                                  # a single query sees every key
-        future = np.arange(T)[None, :] > (start + np.arange(n))[:, None]           # [n, T]
-        scores[:, :, future] = -np.inf
+    if n > 1:                                                  # a single query sees every key; query i
+        scores[..., start:] += causal_mask(n)                  # (at start + i) must not see the keys after it
     weights = softmax(scores).reshape(Hkv, g * n, T)                               # [Hkv, g*n, T]
     out = (weights @ v).reshape(Hkv, g, n, hd)                                     # [Hkv, g, n, hd]
     return out.transpose(2, 0, 1, 3).reshape(n, H * hd)                            # [n, H*hd]

@@ -4,7 +4,7 @@ What is fastest depends on the CPU, its caches, its memory and the BLAS build, s
 carries from one machine to another (`specref.smollm2.model` explains the choice measured on the
 first machine).  The planner times every candidate on the model's own matrices, for one row (a
 decode step) and for each row count speculative sampling scores (2..ROWS, and PREFILL for a
-prompt), keeps the fastest per row count, and caches the result per machine.
+prompt), keeps the fastest per row count and matrix shape, and caches the result per machine.
 
 Candidates, each a method on a weight layout, on one thread or split over every core:
 - `panels` (layout `panels`, [d_out / 32, d_in, 32]): one small GEMM per 32-column panel, rows
@@ -12,11 +12,15 @@ Candidates, each a method on a weight layout, on one thread or split over every 
 - `gemm` (layout `plain`, [d_in, d_out]): one `x @ W`, which is a GEMV for one row;
 - `rows` (layout `plain`): one GEMV per row, for up to ROWS_METHOD_MAX rows (with more, each row
   pays for a pass over the matrix).
-Split over cores: the output columns are cut into chunks of about CHUNK_BYTES of weights, and the
-calling thread and T - 1 worker threads take chunks until none are left (NumPy releases the GIL
-inside matmul, so they run at once).  Chunks are shared, not dealt out, and workers sleep on a
-queue rather than spin: if another process holds a core, the caller does the chunks the worker
-cannot get to, instead of waiting for it.
+Split over cores: the output columns are cut into one chunk per thread, and the calling thread
+and T - 1 worker threads take chunks until none are left (NumPy releases the GIL inside matmul, so
+they run at once).  Chunks are shared, not dealt out, and workers sleep on a queue rather than
+spin: if another process holds a core, the caller does the chunk the worker cannot get to, instead
+of waiting for it.  Every hand-off wakes a sleeping thread, which costs tens of microseconds (about
+25 us one way on the first machine, a VM), so a product is split in as few chunks as there are
+threads, and only where the plan measured that it pays: the model's five matrix shapes are planned
+separately, because a split saves time on the large ones (the SwiGLU up projection, the head) and
+loses it on the small ones, where the hand-offs cost more than half the product.
 
 One layout is kept in memory (both would double it): the one whose fastest plan decodes (1 row)
 fastest, and of two within LAYOUT_TIE of each other, the one that scores 5 rows faster.
@@ -45,11 +49,15 @@ ROWS = 18                  # most rows per small-GEMM call (see the note above `
 PREFILL = 64               # the row count planned for prompts (more than ROWS rows)
 ROW_COUNTS = tuple(range(1, ROWS + 1)) + (PREFILL,)
 ROWS_METHOD_MAX = 4        # `rows` is timed up to this many rows
-CHUNK_BYTES = 1 << 20      # weights per chunk when a product is split over cores
+CALLER_LEAD = 0.06         # the calling thread's chunk of a split is this much of the columns larger (see `column_chunks`;
+                           # on the first machine, a VM whose idle cores take ~30 us to wake, 9 rows scored 7% faster
+                           # with the caller's chunk at 0.56 of the columns than at 0.5, measured over 0.5..0.65)
 LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
 THREADS_MARGIN = 0.10      # a split over threads is chosen only if it saves more than 10% (see `choose`)
 METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
-PLAN_VERSION = 3           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved; older plans are measured again
+ANY = "*"                  # the choice for a matrix shape the plan did not measure
+PLAN_VERSION = 4           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved;
+                           # 4: one chunk per thread, chosen per matrix shape; older plans are measured again
 
 
 class PlanError(RuntimeError):
@@ -198,25 +206,41 @@ class Team:
             raise errors[0]
 
 
-def column_chunks(w, method: str) -> list:
-    """[(a, b)] ranges of output units (panels for `panels`, columns otherwise) of about CHUNK_BYTES each."""
+def column_chunks(w, method: str, parts: int) -> list:
+    """[(a, b)]: the output units (panels for `panels`, columns otherwise) cut into `parts` ranges, in order.
+
+    The first range is CALLER_LEAD of the units larger than an equal share, the others share the
+    rest equally: the caller takes the first chunk at once, while a worker starts only once it has
+    woken up, so equal chunks would leave the caller waiting for the worker at every product.
+    """
     units = w.shape[0] if method == "panels" else w.shape[1]
-    k = max(1, min(units, round(w.nbytes / CHUNK_BYTES)))
-    edges = np.linspace(0, units, k + 1).round().astype(int)
-    return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
+    parts = min(parts, units)
+    if parts == 1:
+        return [(0, units)]
+    first = min(units - parts + 1, max(1, round(units * (1 / parts + CALLER_LEAD))))
+    rest = units - first
+    return [(0, first)] + [(first + rest * k // (parts - 1), first + rest * (k + 1) // (parts - 1))
+                           for k in range(parts - 1)]
+
+
+def shape_of(w) -> tuple:
+    """(d_in, d_out) of a weight matrix in either layout."""
+    return (w.shape[1], w.shape[0] * w.shape[2]) if w.ndim == 3 else tuple(w.shape)
 
 
 def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix in method's layout -> [n, d_out]
-    """x @ W with the output columns cut into chunks that the team's threads share."""
+    """x @ W with the output columns cut into one chunk per thread of the team (caller included)."""
     product = PRODUCTS[method]
-    chunks = column_chunks(w, method)
+    chunks = column_chunks(w, method, team.workers + 1)
     scale = w.shape[2] if method == "panels" else 1            # output columns per unit
-    out = np.empty((x.shape[0], (w.shape[0] * w.shape[2]) if method == "panels" else w.shape[1]), np.float32)
+    out = np.empty((x.shape[0], shape_of(w)[1]), np.float32)
+    if method == "panels" and pad and pad > x.shape[0]:        # pad once here, not once per chunk
+        x = np.concatenate([x, np.zeros((min(pad, ROWS) - x.shape[0], x.shape[1]), np.float32)])
 
     def task(k):
         a, b = chunks[k]
         part = w[a:b] if method == "panels" else w[:, a:b]
-        out[:, a * scale:b * scale] = product(x, part, pad)
+        out[:, a * scale:b * scale] = product(x, part, pad)[:out.shape[0]]
 
     team.run(len(chunks), task)
     return out
@@ -224,14 +248,32 @@ def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix
 
 # ---------------------------------------------------------------- the plan
 
+def shape_name(shape) -> str:
+    """'576x960' for (576, 960); ANY stays ANY (the JSON keys of a plan)."""
+    return shape if shape == ANY else f"{shape[0]}x{shape[1]}"
+
+
+def parse_shape(name: str):
+    """The inverse of `shape_name`."""
+    if name == ANY:
+        return ANY
+    try:
+        d_in, d_out = (int(v) for v in name.split("x"))
+    except ValueError:
+        raise PlanError(f"a plan's matrix shape must be 'd_inxd_out' or {ANY!r}, not {name!r}") from None
+    return (d_in, d_out)
+
+
 @dataclasses.dataclass
 class Plan:
-    """The layout of the weights and, per row count, the method, thread count and padding that multiply fastest.
+    """The layout of the weights and, per row count and matrix shape, the method, thread count and padding that multiply fastest.
 
-    `choice[n] = (method, threads, pad)` for n in ROW_COUNTS (pad: the rows a `panels` call is
-    padded to; None for the default, or for methods that do not pad); other row counts use the nearest planned
-    count above them (PREFILL for anything above ROWS).  `ms[n]` keeps every candidate's time
-    ("method/threads" -> ms for one pass over all the matrices), `why` says how it was chosen.
+    `choice[n][shape] = (method, threads, pad)` for n in ROW_COUNTS and shape (d_in, d_out) of
+    each kind of matrix, plus `choice[n][ANY]` for shapes the plan does not name (pad: the rows a
+    `panels` call is padded to; None for the default, or for methods that do not pad).  Other row
+    counts use the nearest planned count above them (PREFILL for anything above ROWS).  `ms[n]`
+    keeps every candidate's time per shape (shape name -> "method/threads" -> ms for all the
+    matrices of that shape; ANY: all the matrices), `why` says how it was chosen.
     """
     layout: str
     choice: dict
@@ -242,66 +284,76 @@ class Plan:
     def __post_init__(self):
         if self.layout not in ("panels", "plain"):
             raise PlanError(f"unknown layout {self.layout!r}; expected 'panels' or 'plain'")
-        for n, (method, threads, pad) in self.choice.items():
-            if pad is not None and not (isinstance(pad, int) and 1 <= pad <= ROWS):
-                raise PlanError(f"pad for {n} rows must be None or an integer 1..{ROWS}, not {pad!r}")
-            if METHODS.get(method) != self.layout:
-                raise PlanError(f"method {method!r} for {n} rows does not run on the {self.layout!r} layout; "
-                                f"methods: {METHODS}")
-            if not (isinstance(threads, int) and threads >= 1):
-                raise PlanError(f"threads for {n} rows must be an integer >= 1, not {threads!r}")
-        self.choice = {int(n): (m, int(t), p) for n, (m, t, p) in sorted(self.choice.items())}
+        for n, per_shape in self.choice.items():
+            if not isinstance(per_shape, dict) or ANY not in per_shape:
+                raise PlanError(f"the choice for {n} rows must map matrix shapes to (method, threads, pad), "
+                                f"with an entry for {ANY!r} (any other shape); got {per_shape!r}")
+            for shape, (method, threads, pad) in per_shape.items():
+                where = f"{n} rows, shape {shape_name(shape)}"
+                if pad is not None and not (isinstance(pad, int) and 1 <= pad <= ROWS):
+                    raise PlanError(f"pad for {where} must be None or an integer 1..{ROWS}, not {pad!r}")
+                if METHODS.get(method) != self.layout:
+                    raise PlanError(f"method {method!r} for {where} does not run on the {self.layout!r} layout; "
+                                    f"methods: {METHODS}")
+                if not (isinstance(threads, int) and threads >= 1):
+                    raise PlanError(f"threads for {where} must be an integer >= 1, not {threads!r}")
+        self.choice = {int(n): {shape: (m, int(t), p) for shape, (m, t, p) in per_shape.items()}
+                       for n, per_shape in sorted(self.choice.items())}
         self._counts = sorted(self.choice)
-        most = max(t for _, t, _ in self.choice.values())
+        most = max(t for per_shape in self.choice.values() for _, t, _ in per_shape.values())
         self._team = Team(most - 1) if most > 1 else None
 
     @classmethod
     def fixed(cls, method: str, threads: int = 1) -> "Plan":
-        """The same method and thread count for every row count (tests, and processes that must not spawn threads)."""
+        """The same method and thread count everywhere (tests, and processes that must not spawn threads)."""
         if method not in METHODS:
             raise PlanError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
-        return cls(METHODS[method], {n: (method, threads, None) for n in ROW_COUNTS}, why=f"fixed: {method}/{threads}")
+        return cls(METHODS[method], {n: {ANY: (method, threads, None)} for n in ROW_COUNTS},
+                   why=f"fixed: {method}/{threads}")
 
-    def pick(self, n: int) -> tuple:
-        """(method, threads, pad) for a product with n rows."""
-        for count in self._counts:
-            if count >= n:
-                return self.choice[count]
-        return self.choice[self._counts[-1]]
+    def pick(self, n: int, shape=ANY) -> tuple:
+        """(method, threads, pad) for a product of n rows with a matrix of `shape` (d_in, d_out)."""
+        count = next((c for c in self._counts if c >= n), self._counts[-1])
+        per_shape = self.choice[count]
+        return per_shape.get(shape, per_shape[ANY])
 
     def linear(self, x, w):  # [n, d_in], matrix in this plan's layout -> [n, d_out]
-        """x @ W the way this plan multiplies n rows."""
-        method, threads, pad = self.pick(x.shape[0])
+        """x @ W the way this plan multiplies n rows by a matrix of W's shape."""
+        method, threads, pad = self.pick(x.shape[0], shape_of(w))
         if threads > 1 and self._team is not None:
             return split_product(x, w, method, self._team, pad)
         return PRODUCTS[method](x, w, pad)
 
     def describe(self) -> str:
-        """A few lines: the layout, and per row count the choice and the runner-up."""
+        """A few lines: the layout, and per row count the time of one pass and each shape's choice."""
         lines = [f"plan: weights in the {self.layout} layout ({self.why})"]
         for n in self._counts:
-            method, threads, pad = self.choice[n]
-            padded = pad if pad and pad > n else n
-            times, own = self.ms.get(padded, {}), self.ms.get(n, {})
-            chosen = times.get(f"{method}/{threads}")
-            others = sorted((ms, name) for name, ms in own.items() if name != f"{method}/{threads}" or padded != n)
-            detail = f" {chosen:.1f} ms" if chosen is not None else ""
-            if others:
-                detail += f"; at {n} rows, unpadded: " + ", ".join(f"{name} {ms:.1f}" for ms, name in others[:2])
-            how = f"{method} padded to {padded}" if padded != n else method
-            lines.append(f"  {n:>3} rows: {how} on {threads} thread{'s' if threads > 1 else ''}{detail}")
+            per_shape = self.choice[n]
+            shapes = [s for s in per_shape if s != ANY] or [ANY]
+            parts, total = [], 0.0
+            for shape in shapes:
+                method, threads, pad = per_shape[shape]
+                padded = pad if pad and pad > n else n
+                chosen = self.ms.get(padded, {}).get(shape_name(shape), {}).get(f"{method}/{threads}")
+                total = total + chosen if chosen is not None and total is not None else None
+                how = f"{method}/{threads}" + (f" pad {padded}" if padded != n else "")
+                parts.append(how if shape == ANY else f"{shape_name(shape)} {how}")
+            head = f"{total:.1f} ms" if total is not None else "not timed"
+            lines.append(f"  {n:>3} rows ({head}): " + ", ".join(parts))
         return "\n".join(lines)
 
     def to_json(self) -> dict:
         return {"version": PLAN_VERSION, "layout": self.layout, "why": self.why, "key": self.key,
-                "choice": {str(n): list(c) for n, c in self.choice.items()},
+                "choice": {str(n): {shape_name(s): list(c) for s, c in per_shape.items()}
+                           for n, per_shape in self.choice.items()},
                 "ms": {str(n): t for n, t in self.ms.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Plan":
         if d.get("version") != PLAN_VERSION:
             raise PlanError(f"plan version {d.get('version')!r}, expected {PLAN_VERSION}")
-        return cls(d["layout"], {int(n): tuple(c) for n, c in d["choice"].items()},
+        return cls(d["layout"], {int(n): {parse_shape(s): tuple(c) for s, c in per_shape.items()}
+                                 for n, per_shape in d["choice"].items()},
                    {int(n): t for n, t in d.get("ms", {}).items()}, d.get("why", ""), d.get("key", {}))
 
 
@@ -356,65 +408,83 @@ def candidates(n: int, team_size: int) -> list:
 
 def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int | None = None,
             progress: Callable = print) -> Plan:
-    """Time every candidate for every row count on all the model's matrices (min of `repeats` interleaved passes); return the fastest plan."""
+    """Time every candidate for every row count on each shape's matrices (min of `repeats` interleaved passes); return the fastest plan."""
     threads = threads or cores()
     started = time.perf_counter()
     layouts = {"panels": [m if m.ndim == 3 else to_panels(m, PANEL) for m in weights.matrices()],
                "plain": [from_panels(m) for m in weights.matrices()]}    # one of the two is a copy
+    groups = {}                                                # shape -> indices of its matrices
+    for i, m in enumerate(layouts["panels"]):
+        groups.setdefault(shape_of(m), []).append(i)
     team = Team(threads - 1) if threads > 1 else None
     inputs = {n: {d: np.random.default_rng(n).standard_normal((n, d)).astype(np.float32)
-                  for d in {m.shape[-2] for m in layouts["panels"]}} for n in counts}
-    times = {n: {c: [] for c in candidates(n, threads)} for n in counts}
+                  for d in {shape[0] for shape in groups}} for n in counts}
+    times = {n: {shape: {c: [] for c in candidates(n, threads)} for shape in groups} for n in counts}
     for r in range(repeats):                                   # interleaved over row counts and candidates:
         progress(f"  planning: pass {r + 1} of {repeats} over {len(counts)} row counts "
                  f"({time.perf_counter() - started:.0f} s)")
         for n in counts:                                       # load that comes and goes hits them all alike,
             x = inputs[n]                                      # so padding n rows to m compares like with like
-            for method, t in times[n]:
+            for method, t in candidates(n, threads):
                 mats = layouts[METHODS[method]]
-                t0 = time.perf_counter()
-                for m in mats:                                 # panels unpadded here: padding is chosen below
-                    if t > 1:
-                        split_product(x[m.shape[-2]], m, method, team, n)
-                    else:
-                        PRODUCTS[method](x[m.shape[-2]], m, n)
-                times[n][(method, t)].append(time.perf_counter() - t0)
-    ms = {n: {f"{m}/{t}": 1e3 * min(v) for (m, t), v in times[n].items()} for n in counts}
+                for shape, members in groups.items():
+                    t0 = time.perf_counter()
+                    for i in members:                          # panels unpadded here: padding is chosen below
+                        if t > 1:
+                            split_product(x[shape[0]], mats[i], method, team, n)
+                        else:
+                            PRODUCTS[method](x[shape[0]], mats[i], n)
+                    times[n][shape][(method, t)].append(time.perf_counter() - t0)
+    ms = {}
+    for n in counts:
+        ms[n] = {shape_name(shape): {f"{m}/{t}": 1e3 * min(v) for (m, t), v in per.items()}
+                 for shape, per in times[n].items()}
+        ms[n][ANY] = {name: sum(ms[n][shape_name(shape)][name] for shape in groups)
+                      for name in ms[n][shape_name(next(iter(groups)))]}
     layout, choice, why = choose(ms, counts)
     why += f"; measured in {time.perf_counter() - started:.0f} s"
     return Plan(layout, choice, ms, why, machine_key(weights))
 
 
 def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
-    """(layout, choice, why) from measured times: ms[n]["method/threads"] = ms for one pass at n rows.
+    """(layout, choice, why) from measured times: ms[n][shape name]["method/threads"] = ms at n rows.
 
-    A split over threads must save more than THREADS_MARGIN of one thread's time to be chosen: it is
-    measured on an idle machine, and when another process takes a core the split loses far more
-    than it gained (measured at 9 rows on 2 cores: 2 % faster when idle, 1.6x slower with the
-    other core busy), while one thread slows down only by what that process takes.
+    Each shape (and ANY, for shapes not measured) gets its fastest candidate per row count, panels
+    possibly padded to a cheaper row count.  A split over threads must save more than
+    THREADS_MARGIN of one thread's time to be chosen: it is measured on an idle machine, and when
+    another process takes a core a split loses more than it gained, while one thread slows down
+    only by what that process takes.  The layout is the one whose choices decode fastest (the sum
+    over the shapes at 1 row); of two within LAYOUT_TIE, the one that scores 5 rows faster.
     """
     def cost(v, t):                                            # a split must take < (1 - margin) of one thread's time
         return v / (1 - THREADS_MARGIN) if t > 1 else v
 
-    best = {}                                                  # layout -> n -> (method, threads, pad, ms)
+    shapes = list(ms[counts[0]])
+    best = {}                                                  # layout -> shape -> n -> (method, threads, pad, ms)
     for layout in ("panels", "plain"):
-        best[layout] = {}
-        for n in counts:
-            options = []
-            for m in [m for m in counts if m == n or (n < m <= ROWS)]:   # pad n rows to m (panels only)
-                for name, v in ms[m].items():
-                    method, t = name.split("/")
-                    if METHODS[method] == layout and (m == n or method == "panels"):
-                        options.append((cost(v, int(t)), v, method, int(t),
-                                        m if method == "panels" and n <= ROWS else None))
-            if not options:
-                raise PlanError(f"no {layout} candidate was measured for {n} rows")
-            _, v, method, t, pad = min(options)
-            best[layout][n] = (method, t, pad, v)
-    d = {layout: best[layout][counts[0]][3] for layout in best}
+        best[layout] = {shape: {} for shape in shapes}
+        for shape in shapes:
+            for n in counts:
+                options = []
+                for m in [m for m in counts if m == n or (n < m <= ROWS)]:   # pad n rows to m (panels only)
+                    for name, v in ms[m][shape].items():
+                        method, t = name.split("/")
+                        if METHODS[method] == layout and (m == n or method == "panels"):
+                            options.append((cost(v, int(t)), v, method, int(t),
+                                            m if method == "panels" and n <= ROWS else None))
+                if not options:
+                    raise PlanError(f"no {layout} candidate was measured for {n} rows (shape {shape})")
+                _, v, method, t, pad = min(options)
+                best[layout][shape][n] = (method, t, pad, v)
+
+    def total(layout, n):                                      # ms of one pass over every matrix
+        named = [s for s in shapes if s != ANY] or [ANY]
+        return sum(best[layout][s][n][3] for s in named)
+
+    d = {layout: total(layout, counts[0]) for layout in best}
     five = 5 if 5 in counts else counts[-1]
     if abs(d["panels"] - d["plain"]) <= LAYOUT_TIE * min(d.values()):
-        layout = min(best, key=lambda lay: best[lay][five][3])
+        layout = min(best, key=lambda lay: total(lay, five))
         why = (f"decode within {100 * LAYOUT_TIE:.0f}% on both layouts ({d['panels']:.1f} vs {d['plain']:.1f} ms); "
                f"{layout} scores {five} rows faster")
     else:
@@ -422,7 +492,8 @@ def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
         other = "plain" if layout == "panels" else "panels"
         why = f"decodes fastest: {d[layout]:.1f} ms per pass over the weights vs {d[other]:.1f} ms on {other}"
     why += f"; threads only where they save more than {100 * THREADS_MARGIN:.0f}%"
-    return layout, {n: (m, t, pad) for n, (m, t, pad, _) in best[layout].items()}, why
+    choice = {n: {parse_shape(shape): best[layout][shape][n][:3] for shape in shapes} for n in counts}
+    return layout, choice, why
 
 
 def plan_path(weights: Weights, cache_dir=None) -> pathlib.Path:

@@ -53,9 +53,8 @@ def test_a_split_that_loses_a_chunk_is_caught(team, monkeypatch):
     rng = np.random.default_rng(0)
     w = rng.standard_normal((96, 40 * PANEL), dtype=np.float32)
     x = rng.standard_normal((5, 96), dtype=np.float32)
-    monkeypatch.setattr(P, "CHUNK_BYTES", 64 << 10)
     whole = P.column_chunks
-    monkeypatch.setattr(P, "column_chunks", lambda w, method: whole(w, method)[:-1])
+    monkeypatch.setattr(P, "column_chunks", lambda w, method, parts: whole(w, method, parts)[:-1])
     got = P.split_product(x, to_panels(w, PANEL), "panels", team)
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
@@ -101,38 +100,64 @@ def test_a_failed_job_leaves_no_error_for_the_next_one():
         assert sorted(done) == [0, 1, 2, 3]
 
 
-def test_chunks_cover_the_columns_in_order():
-    w = np.zeros((576, 3072), np.float32)                                  # 7 MB
+def test_chunks_cover_the_columns_in_order_one_per_thread_the_callers_largest():
+    w = np.zeros((576, 3072), np.float32)                                  # 96 panels
     for method in ("panels", "gemm"):
         m = layout_of(method, w)
-        chunks = P.column_chunks(m, method)
         units = m.shape[0] if method == "panels" else m.shape[1]
-        assert chunks[0][0] == 0 and chunks[-1][1] == units
-        assert all(b == c for (_, b), (c, _) in zip(chunks, chunks[1:]))
-        assert len(chunks) == round(w.nbytes / P.CHUNK_BYTES)
+        for parts in (1, 2, 3, 4):
+            chunks = P.column_chunks(m, method, parts)
+            assert len(chunks) == parts
+            assert chunks[0][0] == 0 and chunks[-1][1] == units
+            assert all(b == c for (_, b), (c, _) in zip(chunks, chunks[1:]))
+            sizes = [b - a for a, b in chunks]
+            if parts > 1:                                  # the caller's chunk leads by CALLER_LEAD
+                assert sizes[0] == round(units * (1 / parts + P.CALLER_LEAD))
+                assert max(sizes[1:]) - min(sizes[1:]) <= 1
+    assert P.column_chunks(np.zeros((3, 8, PANEL)), "panels", 4) == [(0, 1), (1, 2), (2, 3)]   # never an empty chunk
+    assert P.column_chunks(np.zeros((2, 8, PANEL)), "panels", 2) == [(0, 1), (1, 2)]
 
 
 def test_bad_plans_are_refused():
-    good = {n: ("panels", 1, None) for n in P.ROW_COUNTS}
+    good = {n: {P.ANY: ("panels", 1, None)} for n in P.ROW_COUNTS}
     with pytest.raises(P.PlanError, match="unknown layout"):
         P.Plan("columns", good)
     with pytest.raises(P.PlanError, match="does not run on"):
         P.Plan("plain", good)
     with pytest.raises(P.PlanError, match="threads"):
-        P.Plan("panels", {**good, 1: ("panels", 0, None)})
+        P.Plan("panels", {**good, 1: {P.ANY: ("panels", 0, None)}})
     with pytest.raises(P.PlanError, match="pad"):
-        P.Plan("panels", {**good, 1: ("panels", 1, 99)})
+        P.Plan("panels", {**good, 1: {P.ANY: ("panels", 1, 99)}})
+    with pytest.raises(P.PlanError, match="pad for 1 rows, shape 64x96"):
+        P.Plan("panels", {**good, 1: {P.ANY: ("panels", 1, None), (64, 96): ("panels", 1, 0)}})
+    with pytest.raises(P.PlanError, match="an entry for"):
+        P.Plan("panels", {**good, 1: {(64, 96): ("panels", 1, None)}})
+    with pytest.raises(P.PlanError, match="an entry for"):
+        P.Plan("panels", {**good, 1: ("panels", 1, None)})          # the version-3 form, no shapes
     with pytest.raises(P.PlanError, match="unknown method"):
         P.Plan.fixed("strassen")
     with pytest.raises(P.PlanError, match="version"):
         P.Plan.from_json({"version": 0})
+    with pytest.raises(P.PlanError, match="d_inxd_out"):
+        P.parse_shape("576 by 960")
 
 
-def test_pick_uses_the_next_planned_row_count():
-    plan = P.Plan("panels", {1: ("panels", 1, 2), 6: ("panels", 1, None), 64: ("panels", 1, None)})
+def test_pick_uses_the_next_planned_row_count_and_the_shapes_own_choice():
+    plan = P.Plan("panels", {1: {P.ANY: ("panels", 1, 2), (576, 3072): ("panels", 2, None)},
+                             6: {P.ANY: ("panels", 1, None)}, 64: {P.ANY: ("panels", 1, None)}})
     assert plan.pick(1) == ("panels", 1, 2)
-    assert plan.pick(4) == ("panels", 1, None)
+    assert plan.pick(1, (576, 3072)) == ("panels", 2, None)
+    assert plan.pick(1, (576, 576)) == ("panels", 1, 2)              # a shape not named: the ANY choice
+    assert plan.pick(4, (576, 3072)) == ("panels", 1, None)
     assert plan.pick(30) == plan.pick(500) == ("panels", 1, None)
+    back = P.Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert back.choice == plan.choice and back.pick(1, (576, 3072)) == ("panels", 2, None)
+
+
+def test_shape_of_reads_both_layouts():
+    w = np.zeros((96, 3 * PANEL), np.float32)
+    assert P.shape_of(w) == P.shape_of(to_panels(w, PANEL)) == (96, 3 * PANEL)
+    assert P.parse_shape(P.shape_name((96, 96))) == (96, 96) and P.parse_shape(P.ANY) == P.ANY
 
 
 # --- measuring and caching, on a tiny random model -------------------------------------------------
@@ -151,25 +176,33 @@ def tiny_weights(seed=0) -> Weights:
     return Weights(config=c, head=m(64, 256), layers=layers, output_norm=np.ones(c.d_model, np.float32))
 
 
-def test_measure_keeps_the_fastest_candidate_for_every_row_count():
-    plan = P.measure(tiny_weights(), counts=(1, 2, 5, 6, 64), repeats=1, threads=2, progress=lambda *a: None)
+def test_measure_keeps_the_fastest_candidate_for_every_row_count_and_shape():
+    weights = tiny_weights()
+    plan = P.measure(weights, counts=(1, 2, 5, 6, 64), repeats=1, threads=2, progress=lambda *a: None)
+    shapes = {P.shape_of(m) for m in weights.matrices()}
     assert set(plan.choice) == {1, 2, 5, 6, 64}
-    for n, (method, threads, pad) in plan.choice.items():
-        assert P.METHODS[method] == plan.layout
-        padded = pad if pad else n
-        chosen = plan.ms[padded][f"{method}/{threads}"]
-        # no candidate on this layout at n rows was faster (a split over threads counted with its margin)
-        def cost(name, v):
-            return v / (1 - P.THREADS_MARGIN) if not name.endswith("/1") else v
-        own = [cost(name, v) for name, v in plan.ms[n].items() if P.METHODS[name.split("/")[0]] == plan.layout]
-        assert cost(f"{method}/{threads}", chosen) <= min(own)
-        assert padded >= n and (padded == n or method == "panels")
+    for n, per_shape in plan.choice.items():
+        assert set(per_shape) == shapes | {P.ANY}
+        for shape, (method, threads, pad) in per_shape.items():
+            assert P.METHODS[method] == plan.layout
+            padded = pad if pad else n
+            name = P.shape_name(shape)
+            chosen = plan.ms[padded][name][f"{method}/{threads}"]
+            # no candidate on this layout at n rows was faster (a split over threads counted with its margin)
+            def cost(cand, v):
+                return v / (1 - P.THREADS_MARGIN) if not cand.endswith("/1") else v
+            own = [cost(c, v) for c, v in plan.ms[n][name].items() if P.METHODS[c.split("/")[0]] == plan.layout]
+            assert cost(f"{method}/{threads}", chosen) <= min(own)
+            assert padded >= n and (padded == n or method == "panels")
+        for cand, v in plan.ms[n][P.ANY].items():                  # ANY's times are the shapes' sums
+            assert v == pytest.approx(sum(plan.ms[n][P.shape_name(s)][cand] for s in shapes))
     assert "decode" in plan.why and plan.key["cpu"]
+    assert len(plan.describe().splitlines()) == 1 + 5
 
 
 def times(one_thread, two_threads, gemm=100.0):
-    """Synthetic measurements: panels on 1 and 2 threads, the plain layout far slower."""
-    return {"panels/1": one_thread, "panels/2": two_threads, "gemm/1": gemm, "gemm/2": gemm}
+    """Synthetic measurements of one shape: panels on 1 and 2 threads, the plain layout far slower."""
+    return {P.ANY: {"panels/1": one_thread, "panels/2": two_threads, "gemm/1": gemm, "gemm/2": gemm}}
 
 
 def test_choose_needs_a_split_to_save_more_than_the_margin():
@@ -179,21 +212,34 @@ def test_choose_needs_a_split_to_save_more_than_the_margin():
           3: times(60.0, 60.0 * (1 - margin) * 1.01)}    # just under it: one thread
     layout, choice, why = P.choose(ms, counts=(1, 2, 3))
     assert layout == "panels" and "threads only where" in why
-    assert choice[1][:2] == ("panels", 1)
-    assert choice[2][:2] == ("panels", 2)
-    assert choice[3][:2] == ("panels", 1)
+    assert choice[1][P.ANY][:2] == ("panels", 1)
+    assert choice[2][P.ANY][:2] == ("panels", 2)
+    assert choice[3][P.ANY][:2] == ("panels", 1)
     # negative control: without the margin the 5% split would win, so the test above can tell
-    plain_min = min((v, name) for name, v in ms[1].items())[1]
+    plain_min = min((v, name) for name, v in ms[1][P.ANY].items())[1]
     assert plain_min == "panels/2"
 
 
 def test_choose_pads_panels_to_a_cheaper_row_count_and_refuses_missing_candidates():
     ms = {1: times(25.0, 40.0), 2: times(20.0, 40.0), 3: times(30.0, 40.0)}
     _, choice, _ = P.choose(ms, counts=(1, 2, 3))
-    assert choice[1] == ("panels", 1, 2)                 # 1 row padded to 2: 20 ms < 25 ms
-    assert choice[3] == ("panels", 1, 3)
+    assert choice[1][P.ANY] == ("panels", 1, 2)          # 1 row padded to 2: 20 ms < 25 ms
+    assert choice[3][P.ANY] == ("panels", 1, 3)
     with pytest.raises(P.PlanError, match="no plain candidate"):
-        P.choose({1: {"panels/1": 1.0}}, counts=(1,))
+        P.choose({1: {P.ANY: {"panels/1": 1.0}}}, counts=(1,))
+
+
+def test_choose_plans_each_shape_and_picks_the_layout_by_their_sum():
+    # two shapes: a split pays on the big one only; the plain layout is faster on the small one
+    # alone but slower in sum, so the layout is panels and each shape keeps its own best there
+    ms = {1: {"576x576": {"panels/1": 2.0, "panels/2": 3.0, "gemm/1": 1.5, "gemm/2": 3.0},
+              "576x3072": {"panels/1": 8.0, "panels/2": 6.5, "gemm/1": 9.5, "gemm/2": 9.5}}}
+    ms[1][P.ANY] = {c: ms[1]["576x576"][c] + ms[1]["576x3072"][c] for c in ms[1]["576x576"]}
+    layout, choice, why = P.choose(ms, counts=(1,))
+    assert layout == "panels" and "8.5 ms" in why                     # 2.0 + 6.5 against 1.5 + 9.5
+    assert choice[1][(576, 576)] == ("panels", 1, 1)
+    assert choice[1][(576, 3072)] == ("panels", 2, 1)
+    assert choice[1][P.ANY] == ("panels", 1, 1)                       # 10.0 vs 9.5 / 0.9: one thread
 
 
 def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_path, monkeypatch):
@@ -258,6 +304,8 @@ def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, t
 
 def test_the_loaded_model_runs_its_machines_plan(smollm2):
     assert isinstance(smollm2.plan, P.Plan) and set(smollm2.plan.choice) == set(P.ROW_COUNTS)
+    shapes = {P.shape_of(m) for m in smollm2.weights.matrices()}
+    assert all(set(per_shape) in ({P.ANY}, shapes | {P.ANY}) for per_shape in smollm2.plan.choice.values())
     text = smollm2.plan.describe()
     assert text.startswith(f"plan: weights in the {smollm2.plan.layout} layout")
     assert len(text.splitlines()) == 1 + len(P.ROW_COUNTS)
