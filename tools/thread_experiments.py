@@ -5,11 +5,13 @@ The planner (`specref.smollm2.plan`) splits one product at a time over threads, 
 121 weight matrices in forward order and in the panel layout, for a few row counts:
 
 - `1 thread`: each product on the calling thread (the plan's usual choice there);
-- `split each product`: each product's columns shared by two threads (the planner's split:
-  one hand-off and one wait per product, 121 per pass);
-- `halves, one hand-off`: each thread multiplies half of the matrices, with one hand-off per
-  pass; not a forward pass (the products depend on each other), but the best any split of the
-  products over two threads could do, hand-offs aside;
+- `split each product`: each product's columns shared by two threads (the planner's split, one
+  chunk per thread: one hand-off and one wait per product, 121 per pass);
+- `halves, one hand-off`: each thread multiplies half of the columns of every matrix, with one
+  hand-off per pass; not a forward pass (the products depend on each other), but the best any
+  split of the products over two threads could do, hand-offs aside (an earlier version gave each
+  thread half of the matrices, so one thread had the head, a fifth of the weights, on top of its
+  half: a bound that was too high);
 - `row blocks`: each thread multiplies its own rows (the first half and the second half) by every
   matrix, as a forward pass that cuts the scored tokens into two blocks on two threads would,
   without the wait at each layer's attention that such a pass needs;
@@ -68,7 +70,7 @@ class ReadAhead:
 
 def variants(mats, team: Team, helper: ReadAhead) -> dict:
     """name -> function(inputs, pad) that multiplies n rows by every matrix once."""
-    halves = [mats[0::2], mats[1::2]]
+    halves = [[m[:m.shape[0] // 2] for m in mats], [m[m.shape[0] // 2:] for m in mats]]   # column halves
 
     def one_thread(x, pad):
         for m in mats:
