@@ -7,7 +7,8 @@ reuses the cache for the longest prefix it shares with the tokens already proces
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
 positions, so one speculative-sampling iteration costs one incremental forward pass.
 Every product with a weight matrix goes through the model's `specref.smollm2.plan.Plan`, measured
-on the machine it runs on: the layout the weights are kept in and how n rows are multiplied.
+on the machine it runs on: the layout the weights are kept in, and how n rows are multiplied by
+each shape of matrix (on one thread or split over the cores).
 """
 
 import functools
@@ -23,7 +24,7 @@ from specref.smollm2.plan import Plan, in_layout, panel_product, plan_for
 
 # The model multiplies by its weights through a `specref.smollm2.plan.Plan`: measured per machine
 # (`plan_for`), it says which layout the weights are kept in and how to multiply each number of
-# rows.  `linear` is the panel method, the one chosen on the first machine (see plan.py).
+# rows by each shape of matrix.  `linear` is the panel method on one thread (see plan.py).
 linear = panel_product
 
 
