@@ -16,8 +16,8 @@ Split over cores: the output columns are cut into one chunk per thread, and the 
 and T - 1 worker threads take chunks until none are left (NumPy releases the GIL inside matmul, so
 they run at once).  Chunks are shared, not dealt out, and workers sleep on a queue rather than
 spin: if another process holds a core, the caller does the chunk the worker cannot get to, instead
-of waiting for it.  Every hand-off wakes a sleeping thread, which costs tens of microseconds (about
-25 us one way on the first machine, a VM), so a product is split in as few chunks as there are
+of waiting for it.  Every hand-off wakes a sleeping thread, which costs tens of microseconds (25-30
+us one way on the first machine, a VM), so a product is split in as few chunks as there are
 threads, and only where the plan measured that it pays: the model's five matrix shapes are planned
 separately, because a split saves time on the large ones (the SwiGLU up projection, the head) and
 loses it on the small ones, where the hand-offs cost more than half the product.
