@@ -9,7 +9,8 @@ prompt), keeps the fastest per row count and matrix shape, and caches the result
 Candidates, each a method on a weight layout, on one thread or split over every core:
 - `panels` (layout `panels`, [d_out / 32, d_in, 32]): one small GEMM per 32-column panel, rows
   padded to 2 or at least 6 (the note above `panel_product`);
-- `gemm` (layout `plain`, [d_in, d_out]): one `x @ W`, which is a GEMV for one row;
+- `gemm` (layout `plain`, [d_in, d_out]): one `x @ W`, which is a GEMV for one row, rows padded
+  with zeros where that was measured to be cheaper (the note in `gemm_product`);
 - `rows` (layout `plain`): one GEMV per row, for up to ROWS_METHOD_MAX rows (with more, each row
   pays for a pass over the matrix).
 Split over cores: the output columns are cut into one chunk per thread, and the calling thread
@@ -55,9 +56,11 @@ CALLER_LEAD = 0.06         # the calling thread's chunk of a split is this much 
 LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
 THREADS_MARGIN = 0.10      # a split over threads is chosen only if it saves more than 10% (see `choose`)
 METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
+PADS = ("panels", "gemm")  # methods whose rows may be padded with zeros to a cheaper row count (see `choose`)
 ANY = "*"                  # the choice for a matrix shape the plan did not measure
-PLAN_VERSION = 4           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved;
-                           # 4: one chunk per thread, chosen per matrix shape; older plans are measured again
+PLAN_VERSION = 5           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved;
+                           # 4: one chunk per thread, chosen per matrix shape; 5: gemm pads rows too;
+                           # older plans are measured again
 
 
 class PlanError(RuntimeError):
@@ -143,8 +146,17 @@ def panel_product(x, w, pad: int | None = None):  # [n, d_in], [P, d_in, c] -> [
 
 
 def gemm_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
-    """x @ W on the plain layout: BLAS's GEMV for one row, its GEMM for more."""
-    return np.matmul(x, w)
+    """x @ W on the plain layout: BLAS's GEMV for one row, its GEMM for more, rows padded with zeros to `pad` (if more).
+
+    A BLAS GEMM kernel works on blocks of rows, so a row count that leaves a ragged block can cost
+    more than a larger one: on an AMD EPYC without AVX-512 (Zen 3), a pass over the weights with 7
+    rows took 1.40x, 5 rows 1.10x and 9 rows 1.12x the time with 8, 8 and 12 rows.  `choose` pads
+    only where the plan measured that it pays.
+    """
+    n = x.shape[0]
+    if pad and pad > n:
+        x = np.concatenate([x, np.zeros((pad - n, x.shape[1]), np.float32)])
+    return np.matmul(x, w)[:n]
 
 
 def rows_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
@@ -234,7 +246,7 @@ def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix
     chunks = column_chunks(w, method, team.workers + 1)
     scale = w.shape[2] if method == "panels" else 1            # output columns per unit
     out = np.empty((x.shape[0], shape_of(w)[1]), np.float32)
-    if method == "panels" and pad and pad > x.shape[0]:        # pad once here, not once per chunk
+    if method in PADS and pad and pad > x.shape[0]:            # pad once here, not once per chunk
         x = np.concatenate([x, np.zeros((min(pad, ROWS) - x.shape[0], x.shape[1]), np.float32)])
 
     def task(k):
@@ -270,7 +282,7 @@ class Plan:
 
     `choice[n][shape] = (method, threads, pad)` for n in ROW_COUNTS and shape (d_in, d_out) of
     each kind of matrix, plus `choice[n][ANY]` for shapes the plan does not name (pad: the rows a
-    `panels` call is padded to; None for the default, or for methods that do not pad).  Other row
+    `panels` or `gemm` call is padded to with zeros; None for the default; always None for `rows`).  Other row
     counts use the nearest planned count above them (PREFILL for anything above ROWS).  `ms[n]`
     keeps every candidate's time per shape (shape name -> "method/threads" -> ms for all the
     matrices of that shape; ANY: all the matrices), `why` says how it was chosen.
@@ -292,6 +304,8 @@ class Plan:
                 where = f"{n} rows, shape {shape_name(shape)}"
                 if pad is not None and not (isinstance(pad, int) and 1 <= pad <= ROWS):
                     raise PlanError(f"pad for {where} must be None or an integer 1..{ROWS}, not {pad!r}")
+                if pad is not None and method not in PADS:
+                    raise PlanError(f"pad for {where} must be None: {method!r} does not pad (only {PADS} do)")
                 if METHODS.get(method) != self.layout:
                     raise PlanError(f"method {method!r} for {where} does not run on the {self.layout!r} layout; "
                                     f"methods: {METHODS}")
@@ -449,8 +463,8 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
 def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
     """(layout, choice, why) from measured times: ms[n][shape name]["method/threads"] = ms at n rows.
 
-    Each shape (and ANY, for shapes not measured) gets its fastest candidate per row count, panels
-    possibly padded to a cheaper row count.  A split over threads must save more than
+    Each shape (and ANY, for shapes not measured) gets its fastest candidate per row count, a
+    method in PADS possibly padded with zero rows to a cheaper row count.  A split over threads must save more than
     THREADS_MARGIN of one thread's time to be chosen: it is measured on an idle machine, and when
     another process takes a core a split loses more than it gained, while one thread slows down
     only by what that process takes.  The layout is the one whose choices decode fastest (the sum
@@ -466,12 +480,12 @@ def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
         for shape in shapes:
             for n in counts:
                 options = []
-                for m in [m for m in counts if m == n or (n < m <= ROWS)]:   # pad n rows to m (panels only)
+                for m in [m for m in counts if m == n or (n < m <= ROWS)]:   # pad n rows to m (PADS only)
                     for name, v in ms[m][shape].items():
                         method, t = name.split("/")
-                        if METHODS[method] == layout and (m == n or method == "panels"):
+                        if METHODS[method] == layout and (m == n or method in PADS):
                             options.append((cost(v, int(t)), v, method, int(t),
-                                            m if method == "panels" and n <= ROWS else None))
+                                            m if method in PADS and n <= ROWS else None))
                 if not options:
                     raise PlanError(f"no {layout} candidate was measured for {n} rows (shape {shape})")
                 _, v, method, t, pad = min(options)

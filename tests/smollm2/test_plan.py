@@ -39,7 +39,7 @@ def test_every_method_and_split_computes_x_times_w(method, threads, n, team):
     x = rng.standard_normal((n, 96), dtype=np.float32)
     expected = x.astype(np.float64) @ w.astype(np.float64)
     m = layout_of(method, w)
-    for pad in ([None] + [p for p in (2, 6, 8, 12, 18) if p >= n]) if method == "panels" else [None]:
+    for pad in ([None] + [p for p in (2, 6, 8, 12, 18) if p >= n]) if method in P.PADS else [None]:
         if threads > 1:
             got = P.split_product(x, m, method, team, pad)
         else:
@@ -130,6 +130,8 @@ def test_bad_plans_are_refused():
         P.Plan("panels", {**good, 1: {P.ANY: ("panels", 1, 99)}})
     with pytest.raises(P.PlanError, match="pad for 1 rows, shape 64x96"):
         P.Plan("panels", {**good, 1: {P.ANY: ("panels", 1, None), (64, 96): ("panels", 1, 0)}})
+    with pytest.raises(P.PlanError, match="'rows' does not pad"):
+        P.Plan("plain", {n: {P.ANY: ("rows", 1, 4 if n == 2 else None)} for n in P.ROW_COUNTS})
     with pytest.raises(P.PlanError, match="an entry for"):
         P.Plan("panels", {**good, 1: {(64, 96): ("panels", 1, None)}})
     with pytest.raises(P.PlanError, match="an entry for"):
@@ -193,7 +195,7 @@ def test_measure_keeps_the_fastest_candidate_for_every_row_count_and_shape():
                 return v / (1 - P.THREADS_MARGIN) if not cand.endswith("/1") else v
             own = [cost(c, v) for c, v in plan.ms[n][name].items() if P.METHODS[c.split("/")[0]] == plan.layout]
             assert cost(f"{method}/{threads}", chosen) <= min(own)
-            assert padded >= n and (padded == n or method == "panels")
+            assert padded >= n and (padded == n or method in P.PADS)
         for cand, v in plan.ms[n][P.ANY].items():                  # ANY's times are the shapes' sums
             assert v == pytest.approx(sum(plan.ms[n][P.shape_name(s)][cand] for s in shapes))
     assert "decode" in plan.why and plan.key["cpu"]
@@ -227,6 +229,26 @@ def test_choose_pads_panels_to_a_cheaper_row_count_and_refuses_missing_candidate
     assert choice[3][P.ANY] == ("panels", 1, 3)
     with pytest.raises(P.PlanError, match="no plain candidate"):
         P.choose({1: {P.ANY: {"panels/1": 1.0}}}, counts=(1,))
+
+
+def test_choose_pads_gemm_rows_to_a_full_block_but_never_rows(monkeypatch):
+    # an AVX2-like machine: the plain layout, GEMM cheap at 4 and 8 rows and dear in between
+    gemm = {1: 20.0, 2: 30.0, 3: 39.0, 4: 31.0, 5: 40.0, 6: 41.0, 7: 51.0, 8: 37.0}
+    rows = {1: 21.0, 2: 29.0, 3: 38.0, 4: 60.0}
+    ms = {n: {P.ANY: {"gemm/1": g, "gemm/2": 1e3, "panels/1": 1e3, "panels/2": 1e3,
+                      **({"rows/1": rows[n], "rows/2": 1e3} if n in rows else {})}} for n, g in gemm.items()}
+    layout, choice, _ = P.choose(ms, counts=tuple(gemm))
+    assert layout == "plain"
+    assert choice[2][P.ANY] == ("rows", 1, None)          # 29 ms unpadded beats GEMM padded to 4 (31)
+    assert choice[3][P.ANY] == ("gemm", 1, 4)             # 31 < rows' 38: rows cannot be padded
+    assert [choice[n][P.ANY] for n in (5, 6, 7)] == [("gemm", 1, 8)] * 3
+    assert choice[8][P.ANY] == ("gemm", 1, 8)
+    plan = P.Plan(layout, choice, ms)
+    assert "3 rows (31.0 ms): gemm/1 pad 4" in plan.describe()
+    # negative control: with padding left to panels alone (the version-4 rule), 7 rows pay 51 ms
+    monkeypatch.setattr(P, "PADS", ("panels",))
+    _, unpadded, _ = P.choose(ms, counts=tuple(gemm))
+    assert unpadded[7][P.ANY] == ("gemm", 1, None)
 
 
 def test_choose_plans_each_shape_and_picks_the_layout_by_their_sum():
