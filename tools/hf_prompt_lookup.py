@@ -35,7 +35,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from specref.apps import demo  # noqa: E402
 from specref.apps.humaneval import load_problems  # noqa: E402
 from specref.smollm2.model import load_smollm2  # noqa: E402
-from specref.smollm2.plan import cores, machine_key  # noqa: E402
+from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import gguf_path  # noqa: E402
 
 NEW_TOKENS = 128
@@ -140,7 +140,7 @@ def main() -> int:
             print(line, flush=True)
         rows.append(row)
     key = machine_key(spec.weights)
-    print(f"\nCPU {key['cpu']}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
+    print(f"\nCPU {cpu_label(key)}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"specref plan: {spec.plan.layout} layout; greedy, {NEW_TOKENS} new tokens")
     print(f"{'workload':<38} {'ArS ms/tok HF':>13} {'specref':>8} {'HF K=10':>8} {'HF best':>8} "
           f"{'specref best':>13} {'adaptive best':>14} {'outputs':>8}")

@@ -29,7 +29,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from specref.smollm2.model import load_smollm2  # noqa: E402
-from specref.smollm2.plan import cores, machine_key  # noqa: E402
+from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import from_panels  # noqa: E402
 
 PREFIX = 64
@@ -138,7 +138,7 @@ def main() -> int:
         raise SystemExit(f"the two models disagree (largest logit difference {gap:.3g}); not timing them")
     ms = time_both(spec, torch_model, args.repeats)
     key = machine_key(spec.weights)
-    print(f"CPU {key['cpu']}, {cores()} cores; torch {torch.__version__} with {torch.get_num_threads()} threads; "
+    print(f"CPU {cpu_label(key)}, {cores()} cores; torch {torch.__version__} with {torch.get_num_threads()} threads; "
           f"NumPy {np.__version__}, {key['blas']}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; "
           f"specref plan: {spec.plan.layout} layout")
     print(f"{'quantity':<34} {'specref':>9} {'torch':>9} {'specref/torch':>14}")

@@ -339,8 +339,12 @@ class Plan:
         return PRODUCTS[method](x, w, pad)
 
     def describe(self) -> str:
-        """A few lines: the layout, and per row count the time of one pass and each shape's choice."""
+        """A few lines: the layout, the machine measured (if known), and per row count the time of one pass and each shape's choice."""
         lines = [f"plan: weights in the {self.layout} layout ({self.why})"]
+        if self.key:
+            k = self.key
+            lines.append(f"  measured on: {cpu_label(k)}, {k.get('cores')} cores, NumPy {k.get('numpy')}, "
+                         f"{k.get('blas')}, OPENBLAS_NUM_THREADS={k.get('openblas_num_threads')}")
         for n in self._counts:
             per_shape = self.choice[n]
             shapes = [s for s in per_shape if s != ANY] or [ANY]
@@ -389,23 +393,51 @@ def in_layout(weights: Weights, layout: str) -> Weights:
 
 # ---------------------------------------------------------------- measuring
 
+SIMD_FLAGS = ("sse4", "avx", "fma", "amx", "asimd", "sve", "neon")   # CPU flags that decide which BLAS kernels run
+
+
+def cpu_identity(cpuinfo: str) -> dict:
+    """The first processor of a /proc/cpuinfo text: model name, family/model/stepping, SIMD flags.
+
+    The model name alone does not tell CPUs apart: virtual machines on an AMD EPYC with AVX-512
+    (Zen 4) and on one without (Zen 3) both report "AMD EPYC", and OpenBLAS runs different kernels
+    on them, so a plan measured on one is wrong for the other.
+    """
+    fields = {}
+    for line in cpuinfo.splitlines():
+        if not line.strip():
+            if fields:
+                break                                          # the first processor is enough
+            continue
+        name, _, value = line.partition(":")
+        fields.setdefault(name.strip(), value.strip())
+    flags = fields.get("flags", fields.get("Features", "")).split()
+    return {"cpu": fields.get("model name", ""),
+            "cpu_id": "/".join(fields.get(k, "?") for k in ("cpu family", "model", "stepping")),
+            "simd": sorted(f for f in flags if f.startswith(SIMD_FLAGS))}
+
+
+def cpu_label(key: dict) -> str:
+    """'AMD EPYC (family/model/stepping 25/1/1; SIMD avx avx2 ...)' from a machine key."""
+    return (f"{key.get('cpu')} (family/model/stepping {key.get('cpu_id', '?')}; "
+            f"SIMD {' '.join(key.get('simd', [])) or 'unknown'})")
+
+
 def machine_key(weights: Weights) -> dict:
-    """What a plan depends on: CPU, cores, NumPy and its BLAS, BLAS threads, the matrices' shapes."""
-    cpu = platform.processor() or platform.machine()
+    """What a plan depends on: CPU (name, family/model/stepping, SIMD flags), cores, NumPy and its BLAS, BLAS threads, the matrices' shapes."""
+    cpu = {"cpu": "", "cpu_id": "?/?/?", "simd": []}
     try:
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+        cpu = cpu_identity(pathlib.Path("/proc/cpuinfo").read_text())
+    except OSError:                                            # not Linux: the platform's own description
         pass
+    cpu["cpu"] = cpu["cpu"] or platform.processor() or platform.machine()
     try:
         blas = np.show_config(mode="dicts")["Build Dependencies"]["blas"]
         blas = f"{blas.get('name')} {blas.get('version')}"
     except Exception:  # older NumPy: no dict mode
         blas = "unknown"
     shapes = [list(m.shape) for m in weights.matrices()[:4]] + [list(weights.head.shape)]
-    return {"cpu": cpu, "cores": cores(), "numpy": np.__version__, "blas": blas,
+    return {**cpu, "cores": cores(), "numpy": np.__version__, "blas": blas,
             "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
             "matrices": len(weights.matrices()), "shapes": shapes}
 

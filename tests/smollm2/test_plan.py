@@ -199,7 +199,8 @@ def test_measure_keeps_the_fastest_candidate_for_every_row_count_and_shape():
         for cand, v in plan.ms[n][P.ANY].items():                  # ANY's times are the shapes' sums
             assert v == pytest.approx(sum(plan.ms[n][P.shape_name(s)][cand] for s in shapes))
     assert "decode" in plan.why and plan.key["cpu"]
-    assert len(plan.describe().splitlines()) == 1 + 5
+    assert len(plan.describe().splitlines()) == 2 + 5
+    assert plan.describe().splitlines()[1].startswith(f"  measured on: {plan.key['cpu']} (family/model/stepping")
 
 
 def times(one_thread, two_threads, gemm=100.0):
@@ -262,6 +263,37 @@ def test_choose_plans_each_shape_and_picks_the_layout_by_their_sum():
     assert choice[1][(576, 576)] == ("panels", 1, 1)
     assert choice[1][(576, 3072)] == ("panels", 2, 1)
     assert choice[1][P.ANY] == ("panels", 1, 1)                       # 10.0 vs 9.5 / 0.9: one thread
+
+
+ZEN4 = """processor\t: 0
+vendor_id\t: AuthenticAMD
+cpu family\t: 25
+model\t\t: 17
+model name\t: AMD EPYC
+stepping\t: 1
+flags\t\t: fpu sse sse2 sse4_1 sse4_2 avx avx2 fma avx512f avx512bw avx512_vnni
+
+processor\t: 1
+model name\t: something else
+"""
+
+
+def test_two_cpus_with_one_model_name_get_different_plans(tmp_path, monkeypatch):
+    """VMs on AMD EPYCs with and without AVX-512 both say "AMD EPYC": the plan's key must still differ."""
+    zen4 = P.cpu_identity(ZEN4)
+    assert zen4 == {"cpu": "AMD EPYC", "cpu_id": "25/17/1",
+                    "simd": ["avx", "avx2", "avx512_vnni", "avx512bw", "avx512f", "fma", "sse4_1", "sse4_2"]}
+    zen3 = P.cpu_identity(ZEN4.replace("model\t\t: 17", "model\t\t: 1").replace(" avx512f avx512bw avx512_vnni", ""))
+    assert zen3["cpu"] == zen4["cpu"] and zen3["cpu_id"] == "25/1/1" and "avx512f" not in zen3["simd"]
+    assert P.cpu_identity("") == {"cpu": "", "cpu_id": "?/?/?", "simd": []}
+    w = tiny_weights()
+    paths = []
+    for cpu in (zen4, zen3):
+        monkeypatch.setattr(P, "cpu_identity", lambda text, cpu=cpu: dict(cpu))
+        key = P.machine_key(w)
+        assert {k: key[k] for k in cpu} == cpu
+        paths.append(P.plan_path(w, tmp_path))
+    assert paths[0] != paths[1]
 
 
 def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_path, monkeypatch):
@@ -330,7 +362,7 @@ def test_the_loaded_model_runs_its_machines_plan(smollm2):
     assert all(set(per_shape) in ({P.ANY}, shapes | {P.ANY}) for per_shape in smollm2.plan.choice.values())
     text = smollm2.plan.describe()
     assert text.startswith(f"plan: weights in the {smollm2.plan.layout} layout")
-    assert len(text.splitlines()) == 1 + len(P.ROW_COUNTS)
+    assert len(text.splitlines()) == 2 + len(P.ROW_COUNTS)
 
 
 def test_the_thread_experiments_run_every_variant_to_the_end():
