@@ -71,10 +71,17 @@ def test_config_and_weights_match_the_published_model(smollm2):
     assert abs(c.rms_eps - 1e-5) < 1e-9
     w = smollm2.weights
     layer = w.layers[0]
-    assert layer.w_qkv.shape == ((576 + 2 * 192) // PANEL, 576, PANEL)
-    assert layer.w_gate_up.shape == (2 * 1536 // PANEL, 576, PANEL)
-    assert layer.w_down.shape == (576 // PANEL, 1536, PANEL)
-    assert w.head.shape == (49152 // PANEL, 576, PANEL)
+    # the model keeps its weights in the layout its machine's plan chose (specref.smollm2.plan)
+    panels = smollm2.plan.layout == "panels"
+
+    def in_layout(d_in, d_out):
+        return (d_out // PANEL, d_in, PANEL) if panels else (d_in, d_out)
+
+    assert layer.w_qkv.shape == in_layout(576, 576 + 2 * 192)
+    assert layer.w_o.shape == in_layout(576, 576)
+    assert layer.w_gate_up.shape == in_layout(576, 2 * 1536)
+    assert layer.w_down.shape == in_layout(1536, 576)
+    assert w.head.shape == in_layout(576, 49152)
     for m in w.matrices() + [w.output_norm] + [layer.attn_norm for layer in w.layers]:
         assert m.dtype == np.float32 and m.flags.c_contiguous
     assert sum(m.nbytes for m in w.matrices()) == pytest.approx(538e6, rel=0.01)
@@ -189,7 +196,9 @@ def test_next_probs_and_call_are_distributions(smollm2):
     assert (q >= 0).all()
     allq = smollm2(tokens)
     assert allq.shape == (len(tokens), 49152)
-    np.testing.assert_allclose(allq[-4:], q, atol=1e-9)
+    # the head multiplies 4 rows here and all of them there: with a GEMM plan the float32 sums may
+    # round differently by row count (plan.py: results agree to float32 rounding, not bit for bit)
+    np.testing.assert_allclose(allq[-4:], q, rtol=1e-4, atol=1e-9)
 
 
 @pytest.mark.parametrize("tokens, k, message", [
