@@ -115,7 +115,8 @@ def cores() -> int:
 # weights took 1.4 s instead of 38 ms, and a 200-token prompt 1.4 s to 1.9 s instead of 0.5 s
 # (the panels themselves never use threads, so decode and scoring suffer least).
 # On CPUs without AVX-512 OpenBLAS has no such kernel and small products are packed; the results
-# are identical, only slower.
+# are identical, only slower (on an AMD EPYC without AVX-512 the planner keeps the plain layout:
+# the panels decoded 5% slower there and scored no faster).
 # The planner below generalises the padding: it times the panels at every row count up to ROWS
 # and pads n rows to whichever count m >= n was fastest (on the first machine later plans padded
 # 7 rows to 8 and 9..11 to 12 as well).
@@ -282,8 +283,8 @@ class Plan:
 
     `choice[n][shape] = (method, threads, pad)` for n in ROW_COUNTS and shape (d_in, d_out) of
     each kind of matrix, plus `choice[n][ANY]` for shapes the plan does not name (pad: the rows a
-    `panels` or `gemm` call is padded to with zeros; None for the default; always None for `rows`).  Other row
-    counts use the nearest planned count above them (PREFILL for anything above ROWS).  `ms[n]`
+    `panels` or `gemm` call is padded to with zeros; None for the default; always None for `rows`).
+    Other row counts use the nearest planned count above them (PREFILL for anything above ROWS).  `ms[n]`
     keeps every candidate's time per shape (shape name -> "method/threads" -> ms for all the
     matrices of that shape; ANY: all the matrices), `why` says how it was chosen.
     """
@@ -339,7 +340,8 @@ class Plan:
         return PRODUCTS[method](x, w, pad)
 
     def describe(self) -> str:
-        """A few lines: the layout, the machine measured (if known), and per row count the time of one pass and each shape's choice."""
+        """A few lines: the layout, the machine it was measured on (if known), and per row count the
+        time of one pass and each shape's choice."""
         lines = [f"plan: weights in the {self.layout} layout ({self.why})"]
         if self.key:
             k = self.key
@@ -424,7 +426,8 @@ def cpu_label(key: dict) -> str:
 
 
 def machine_key(weights: Weights) -> dict:
-    """What a plan depends on: CPU (name, family/model/stepping, SIMD flags), cores, NumPy and its BLAS, BLAS threads, the matrices' shapes."""
+    """What a plan depends on: the CPU (name, family/model/stepping, SIMD flags), cores, NumPy and
+    its BLAS, BLAS threads, the matrices' shapes."""
     cpu = {"cpu": "", "cpu_id": "?/?/?", "simd": []}
     try:
         cpu = cpu_identity(pathlib.Path("/proc/cpuinfo").read_text())
@@ -496,8 +499,8 @@ def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
     """(layout, choice, why) from measured times: ms[n][shape name]["method/threads"] = ms at n rows.
 
     Each shape (and ANY, for shapes not measured) gets its fastest candidate per row count, a
-    method in PADS possibly padded with zero rows to a cheaper row count.  A split over threads must save more than
-    THREADS_MARGIN of one thread's time to be chosen: it is measured on an idle machine, and when
+    method in PADS possibly padded with zero rows to a cheaper row count.  A split over threads
+    must save more than THREADS_MARGIN of one thread's time to be chosen: it is measured on an idle machine, and when
     another process takes a core a split loses more than it gained, while one thread slows down
     only by what that process takes.  The layout is the one whose choices decode fastest (the sum
     over the shapes at 1 row); of two within LAYOUT_TIE, the one that scores 5 rows faster.
