@@ -97,6 +97,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan", action="store_true",
                         help="measure this machine's plan for multiplying by the weights again (about half a "
                              "minute; it is otherwise measured once and cached)")
+    parser.add_argument("--one-thread", action="store_true",
+                        help="run the machine's plan with every product on one thread (what a split costs "
+                             "when another program holds the other cores)")
     # read by specref.__main__ before NumPy is imported: it sets OPENBLAS_NUM_THREADS, the one mechanism
     parser.add_argument("--blas-threads", metavar="N", type=options.integer(0), default=0,
                         help="OpenBLAS threads to measure with (sets OPENBLAS_NUM_THREADS before NumPy is "
@@ -105,6 +108,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args) -> int:
     model = load_smollm2(cache_dir=args.cache_dir, plan="measure" if args.replan else "auto")
+    if args.one_thread:
+        model.plan = model.plan.on_one_thread()                # same layout, so the weights stay as they are
     print(f"measuring ({args.repeats} repeats each) ...", flush=True)
     print(model.plan.describe())
     costs = measure_costs(model, args.repeats)

@@ -326,6 +326,13 @@ class Plan:
         return cls(METHODS[method], {n: {ANY: (method, threads, None)} for n in ROW_COUNTS},
                    why=f"fixed: {method}/{threads}")
 
+    def on_one_thread(self) -> "Plan":
+        """The same layout, methods and padding with every split product kept on the calling thread
+        (for a machine whose other cores are busy: there a split waits for a worker that shares its core)."""
+        choice = {n: {shape: (method, 1, pad) for shape, (method, _, pad) in per_shape.items()}
+                  for n, per_shape in self.choice.items()}
+        return Plan(self.layout, choice, self.ms, f"{self.why}; every product on one thread", self.key)
+
     def pick(self, n: int, shape=ANY) -> tuple:
         """(method, threads, pad) for a product of n rows with a matrix of `shape` (d_in, d_out)."""
         count = next((c for c in self._counts if c >= n), self._counts[-1])

@@ -39,6 +39,7 @@ BAD = {
         "--blas-threads": [["--blas-threads", "-1"], ["--blas-threads", "x"], ["--blas-threads=2.5"]],
         "--verify": [["--verify", "lossy"]],
         "--replan": [["--replan=yes"]],
+        "--one-thread": [["--one-thread=yes"]],
     },
     "humaneval": {
         "--limit": [["--limit", "0"], ["--limit", "165"]],
@@ -205,7 +206,8 @@ def test_good_values_reach_run_converted(monkeypatch, tmp_path):
     assert cli.main(["humaneval"]) == 0  # the defaults pass their own checks
     assert seen["humaneval"].drafts == list(drafts.DRAFTS) and seen["humaneval"].k_sweep is None
     assert cli.main(["bench", "--json", str(tmp_path / "c.json"), "--blas-threads", "1"]) == 0
-    assert seen["bench"].blas_threads == 1
+    assert seen["bench"].blas_threads == 1 and not seen["bench"].one_thread
+    assert cli.main(["bench", "--one-thread"]) == 0 and seen["bench"].one_thread
     assert cli.main(["figures", "--quick", "--out", str(tmp_path / "figs")]) == 0
 
 

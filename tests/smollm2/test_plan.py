@@ -252,6 +252,20 @@ def test_choose_pads_gemm_rows_to_a_full_block_but_never_rows(monkeypatch):
     assert unpadded[7][P.ANY] == ("gemm", 1, None)
 
 
+def test_a_plan_on_one_thread_keeps_every_choice_but_the_threads():
+    split = P.Plan("plain", {n: {P.ANY: ("gemm", 2, 8 if n == 5 else None), (576, 576): ("rows", 1, None)}
+                             for n in P.ROW_COUNTS}, why="measured", key={"cpu": "x"})
+    one = split.on_one_thread()
+    assert one.layout == split.layout and one.key == split.key and "one thread" in one.why
+    for n in P.ROW_COUNTS:
+        assert one.pick(n) == ("gemm", 1, 8 if n == 5 else None)
+        assert one.pick(n, (576, 576)) == ("rows", 1, None)
+    assert split._team is not None and one._team is None           # no worker threads at all
+    x = np.random.default_rng(0).standard_normal((5, 64), dtype=np.float32)
+    w = np.random.default_rng(1).standard_normal((64, 96), dtype=np.float32)
+    np.testing.assert_allclose(one.linear(x, w), split.linear(x, w), rtol=1e-5, atol=1e-5)
+
+
 def test_choose_plans_each_shape_and_picks_the_layout_by_their_sum():
     # two shapes: a split pays on the big one only; the plain layout is faster on the small one
     # alone but slower in sum, so the layout is panels and each shape keeps its own best there
