@@ -48,9 +48,14 @@ def rope(x, rot):  # [n, h, hd] float32, [n, hd/2] complex64 -> [n, h, hd] float
     return (z * rot[:, None, :]).view(np.float32)              # [n, h, hd]
 
 
-def softmax(x):  # [..., m] -> [..., m]
-    """Softmax over the last axis, in x's dtype (one new array, updated in place: no extra copies)."""
-    e = x - x.max(axis=-1, keepdims=True)
+def softmax(x, dtype=None):  # [..., m] -> [..., m]
+    """Softmax over the last axis, computed in `dtype` (default: x's).
+
+    One new array, updated in place.  x - max is written straight into it in `dtype`, so float32
+    logits become float64 probabilities without a float64 copy of the logits first (the same
+    numbers as converting first: float32 values are exact in float64).
+    """
+    e = np.subtract(x, x.max(axis=-1, keepdims=True), dtype=dtype or x.dtype)
     np.exp(e, out=e)
     e /= e.sum(axis=-1, keepdims=True)
     return e
@@ -223,7 +228,7 @@ class SmolLM2:
 
     def next_probs(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float64 [k, V]
         """Next-token distributions of the last k positions; softmax in float64 of float32 logits."""
-        return softmax(self.next_logits(tokens, k).astype(np.float64))
+        return softmax(self.next_logits(tokens, k), np.float64)
 
     def __call__(self, tokens) -> np.ndarray:  # [n] -> float64 [n, V]
         """Next-token distributions for every position."""

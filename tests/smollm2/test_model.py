@@ -60,6 +60,10 @@ def test_rms_norm_and_softmax_keep_float32():
     s = softmax(x)
     assert s.dtype == np.float32
     np.testing.assert_allclose(s.sum(-1), 1.0, rtol=1e-6)
+    # float32 logits to float64 probabilities: the same numbers as converting the logits first
+    wide = softmax(x * 20, np.float64)
+    assert wide.dtype == np.float64 and np.array_equal(wide, softmax((x * 20).astype(np.float64)))
+    assert not np.array_equal(wide, softmax(x * 20).astype(np.float64))    # control: float32 softmax differs
 
 
 # --- weights --------------------------------------------------------------------------------------
