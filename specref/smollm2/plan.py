@@ -127,21 +127,25 @@ def default_pad(m: int) -> int:
     return 2 if m <= 2 else max(m, 6)
 
 
+def pad_rows(x, m: int):  # [n, d] -> [max(n, m), d]
+    """x with zero rows appended up to m rows (x itself if it has m rows or more)."""
+    n = x.shape[0]
+    return x if m <= n else np.concatenate([x, np.zeros((m - n, x.shape[1]), x.dtype)])
+
+
 def panel_product(x, w, pad: int | None = None):  # [n, d_in], [P, d_in, c] -> [n, P * c]
     """x @ W for W stored as P panels of c columns: one small GEMM per panel, ROWS rows per call.
 
     Each call's m rows are padded with zero rows to `pad` rows (if more), or by `default_pad`.
     """
-    n, d_in = x.shape
+    n = x.shape[0]
     P, _, c = w.shape
     out = np.empty((n, P * c), np.float32)
     for a in range(0, n, ROWS):
         rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
         m = rows.shape[0]
-        padded = max(m, min(pad, ROWS)) if pad else default_pad(m)   # cheap row counts, measured
-        if m < padded:
-            rows = np.concatenate([rows, np.zeros((padded - m, d_in), np.float32)])
-        y = np.matmul(rows, w)                                 # [P, padded, c]
+        padded = min(pad, ROWS) if pad else default_pad(m)    # cheap row counts, measured
+        y = np.matmul(pad_rows(rows, padded), w)              # [P, max(m, padded), c]
         out[a:a + m] = y[:, :m].transpose(1, 0, 2).reshape(m, P * c)
     return out
 
@@ -154,10 +158,7 @@ def gemm_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
     rows took 1.40x, 5 rows 1.10x and 9 rows 1.12x the time with 8, 8 and 12 rows.  `choose` pads
     only where the plan measured that it pays.
     """
-    n = x.shape[0]
-    if pad and pad > n:
-        x = np.concatenate([x, np.zeros((pad - n, x.shape[1]), np.float32)])
-    return np.matmul(x, w)[:n]
+    return np.matmul(pad_rows(x, pad or 0), w)[:x.shape[0]]
 
 
 def rows_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
@@ -247,8 +248,8 @@ def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix
     chunks = column_chunks(w, method, team.workers + 1)
     scale = w.shape[2] if method == "panels" else 1            # output columns per unit
     out = np.empty((x.shape[0], shape_of(w)[1]), np.float32)
-    if method in PADS and pad and pad > x.shape[0]:            # pad once here, not once per chunk
-        x = np.concatenate([x, np.zeros((min(pad, ROWS) - x.shape[0], x.shape[1]), np.float32)])
+    if method in PADS and pad:                                 # pad once here, not once per chunk
+        x = pad_rows(x, min(pad, ROWS))
 
     def task(k):
         a, b = chunks[k]
