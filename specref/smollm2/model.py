@@ -69,19 +69,23 @@ def causal_mask(n):  # -> float32 [n, n], read-only
     return mask
 
 
-def attention(q, k, v, start):  # [n, H, hd], [Hkv, T, hd], [Hkv, T, hd], int -> [n, H * hd]
+def attention(q, k_t, v, start):  # [n, H, hd], [Hkv, hd, T], [Hkv, T, hd], int -> [n, H * hd]
     """Causal grouped-query attention of n new queries at positions start.. over T = start + n cached keys.
 
     The H query heads form Hkv groups of H / Hkv heads that share one key/value head; reshaping
     the queries into those groups lets one batched matmul serve every group without copying the
-    cache (no np.repeat of K and V).
+    cache (no np.repeat of K and V).  The keys come transposed (`KVCache` keeps them so), which
+    makes q K^T a product of two row-major matrices: with 5 or 9 queries that took half the time
+    of the same product over keys in [T, hd] order on an AMD EPYC (Zen 4).  The scale 1/sqrt(hd)
+    is applied to the queries, the smaller operand (for hd = 64 it is 1/8, a power of two, so
+    the scores are the same numbers either way).
     """
     n, H, hd = q.shape
-    Hkv, T, _ = k.shape
+    Hkv, _, T = k_t.shape
     g = H // Hkv
-    qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd]
-    scores = (qg @ k.transpose(0, 2, 1)) * np.float32(1.0 / np.sqrt(hd))         # [Hkv, g*n, T]
-    scores = scores.reshape(Hkv, g, n, T)                                          # [Hkv, g, n, T]
+    qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd], a copy
+    qg *= np.float32(1.0 / np.sqrt(hd))
+    scores = (qg @ k_t).reshape(Hkv, g, n, T)                                      # [Hkv, g, n, T]
     if n > 1:                                                  # a single query sees every key; query i
         scores[..., start:] += causal_mask(n)                  # (at start + i) must not see the keys after it
     weights = softmax(scores).reshape(Hkv, g * n, T)                               # [Hkv, g*n, T]
@@ -104,7 +108,8 @@ def swiglu(x, w_gate_up, w_down, mm=linear):  # [n, d], [d, 2f], [f, d] -> [n, d
 class KVCache:
     """Keys and values of every processed position, per layer, preallocated, with a length.
 
-    `k[layer]` and `v[layer]` are [Hkv, capacity, hd]; positions < `length` are valid.  Alongside
+    `k[layer]` is [Hkv, hd, capacity] (keys transposed, for `attention`) and `v[layer]` is
+    [Hkv, capacity, hd]; positions < `length` are valid.  Alongside
     them the cache keeps, per position, the token id it was computed from (`tokens`, so a caller
     can find the longest prefix it shares with a new input) and the final normed hidden state
     (`h`, so logits of cached positions need only the head).  Capacity doubles when needed, up to
@@ -119,12 +124,14 @@ class KVCache:
 
     def _allocate(self, capacity: int) -> None:
         c, n = self.config, self.length
-        k = [np.zeros((c.n_kv_heads, capacity, c.head_dim), np.float32) for _ in range(c.n_layers)]
+        k = [np.zeros((c.n_kv_heads, c.head_dim, capacity), np.float32) for _ in range(c.n_layers)]
         v = [np.zeros((c.n_kv_heads, capacity, c.head_dim), np.float32) for _ in range(c.n_layers)]
         h = np.zeros((capacity, c.d_model), np.float32)
         tokens = np.zeros(capacity, np.int64)
         if self.capacity:
-            for new, old in zip(k + v, self.k + self.v):
+            for new, old in zip(k, self.k):
+                new[..., :n] = old[..., :n]
+            for new, old in zip(v, self.v):
                 new[:, :n] = old[:, :n]
             h[:n], tokens[:n] = self.h[:n], self.tokens[:n]
         self.k, self.v, self.h, self.tokens, self.capacity = k, v, h, tokens, capacity
@@ -146,12 +153,13 @@ class KVCache:
         differ = np.flatnonzero(self.tokens[:m] != tokens[:m])
         return int(differ[0]) if differ.size else m
 
-    def append(self, layer: int, k, v) -> tuple:  # int, [Hkv, n, hd], [Hkv, n, hd] -> ([Hkv, T, hd], [Hkv, T, hd])
-        """Write layer's keys/values for the n new positions after `length`; return all T = length + n."""
-        end = self.length + k.shape[1]
-        self.k[layer][:, self.length:end] = k
-        self.v[layer][:, self.length:end] = v
-        return self.k[layer][:, :end], self.v[layer][:, :end]
+    def append(self, layer: int, k, v) -> tuple:  # int, [n, Hkv, hd], [n, Hkv, hd] -> ([Hkv, hd, T], [Hkv, T, hd])
+        """Write layer's keys/values for the n new positions after `length`; return all T = length + n
+        (keys transposed, values not)."""
+        end = self.length + k.shape[0]
+        self.k[layer][:, :, self.length:end] = k.transpose(1, 2, 0)
+        self.v[layer][:, self.length:end] = v.transpose(1, 0, 2)
+        return self.k[layer][:, :, :end], self.v[layer][:, :end]
 
     def commit(self, tokens, h) -> None:  # [n], [n, d]
         """Record the n new positions' token ids and final states, and advance `length` past them."""
@@ -169,7 +177,7 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, m
     k = qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(n, c.n_kv_heads, c.head_dim)  # [n, Hkv, hd]
     v = qkv[:, c.q_dim + c.kv_dim:].reshape(n, c.n_kv_heads, c.head_dim)    # [n, Hkv, hd]
     q, k = rope(q, rot), rope(k, rot)
-    k_all, v_all = cache.append(i, k.transpose(1, 0, 2), v.transpose(1, 0, 2))  # [Hkv, T, hd] each
+    k_all, v_all = cache.append(i, k, v)                                    # [Hkv, hd, T], [Hkv, T, hd]
     x = x + mm(attention(q, k_all, v_all, cache.length), layer.w_o)
     return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down, mm)
 

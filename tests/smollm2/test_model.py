@@ -192,6 +192,29 @@ def test_repeated_call_reuses_the_cache(smollm2):
     np.testing.assert_array_equal(a, b)
 
 
+def test_a_cache_that_grows_keeps_what_it_held(smollm2):
+    """Positions computed before the cache grew (keys are kept transposed) give the same logits after."""
+    tokens = np.array(smollm2.tokenizer.chat(FRANCE))
+    smollm2.reset()
+    whole = smollm2.next_logits(tokens, 4)
+    kept = smollm2.cache
+    try:
+        smollm2.cache = KVCache(smollm2.config, capacity=3)
+        for n in range(3, len(tokens), 5):                     # grows several times on the way
+            smollm2.next_logits(tokens[:n], 1)
+        assert 3 < smollm2.cache.length < len(tokens) - 3 < smollm2.cache.capacity
+        held = smollm2.cache
+        lost = KVCache(smollm2.config, capacity=held.capacity)   # control: the same positions, tokens
+        lost.length = held.length                                # and states, but keys and values lost
+        lost.tokens[:], lost.h[:] = held.tokens, held.h
+        np.testing.assert_allclose(smollm2.next_logits(tokens, 4), whole, rtol=1e-4, atol=1e-4)
+        smollm2.cache = lost
+        assert not np.allclose(smollm2.next_logits(tokens, 4), whole, rtol=1e-4, atol=1e-4)
+    finally:
+        smollm2.cache = kept
+        smollm2.reset()
+
+
 def test_next_probs_and_call_are_distributions(smollm2):
     tokens = np.array(smollm2.tokenizer.chat(FRANCE))
     q = smollm2.next_probs(tokens, 4)
