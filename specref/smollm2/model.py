@@ -98,11 +98,19 @@ def silu(x):  # [...] -> [...]
     return x * (np.float32(0.5) + np.float32(0.5) * np.tanh(np.float32(0.5) * x))
 
 
+def glu(gate, up):  # [n, f], [n, f] -> [n, f]
+    """SwiGLU's gated unit: silu(gate) * up."""
+    return silu(gate) * up
+
+
 def swiglu(x, w_gate_up, w_down, mm=linear):  # [n, d], [d, 2f], [f, d] -> [n, d]
-    """SwiGLU feed-forward: down(silu(gate x) * up x); mm(x, W) multiplies (a plan's `linear`)."""
+    """SwiGLU feed-forward: down(silu(gate x) * up x); mm(x, W) multiplies (a plan's `linear`).
+
+    A plan may compute the same thing split over threads as a whole (`Plan.feed_forward`).
+    """
     gate_up = mm(x, w_gate_up)                                 # [n, 2f]
     f = gate_up.shape[1] // 2
-    return mm(silu(gate_up[:, :f]) * gate_up[:, f:], w_down)
+    return mm(glu(gate_up[:, :f], gate_up[:, f:]), w_down)
 
 
 class KVCache:
@@ -168,8 +176,12 @@ class KVCache:
         self.length = end
 
 
-def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, mm=linear):  # [n, d], ..., [n, hd/2] -> [n, d]
-    """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual."""
+def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, mm=linear,
+          ffn=swiglu):  # [n, d], ..., [n, hd/2] -> [n, d]
+    """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual.
+
+    mm(x, W) multiplies by a weight matrix; ffn(x, W_gate_up, W_down, mm) is the feed-forward.
+    """
     c = config
     n = x.shape[0]
     qkv = mm(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)           # [n, q_dim + 2 kv_dim]
@@ -179,10 +191,11 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, m
     q, k = rope(q, rot), rope(k, rot)
     k_all, v_all = cache.append(i, k, v)                                    # [Hkv, hd, T], [Hkv, T, hd]
     x = x + mm(attention(q, k_all, v_all, cache.length), layer.w_o)
-    return x + swiglu(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down, mm)
+    return x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down, mm)
 
 
-def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
+def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear,
+            ffn=swiglu):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
     """Run n new tokens at positions cache.length.. through every block; cache their keys, values and final states."""
     c = weights.config
     n = len(tokens)
@@ -191,7 +204,7 @@ def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear):  # [n], .
     x = weights.embed(tokens)                                  # [n, d]
     rot_n = rot[start:start + n]                               # [n, hd/2]
     for i, layer in enumerate(weights.layers):
-        x = block(x, layer, cache, i, rot_n, c, mm)
+        x = block(x, layer, cache, i, rot_n, c, mm, ffn)
     cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
 
 
@@ -223,8 +236,12 @@ class SmolLM2:
         shared = self.cache.shared_prefix(a)
         self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
         if shared < len(a):
-            forward(a[shared:], self.weights, self.cache, self.rot, self.plan.linear)
+            forward(a[shared:], self.weights, self.cache, self.rot, self.plan.linear, self._feed_forward)
         return self.cache.h[len(a) - k:len(a)]
+
+    def _feed_forward(self, x, w_gate_up, w_down, mm):  # [n, d], ... -> [n, d]
+        """SwiGLU as the plan computes it (as two of its products, or split as a whole)."""
+        return self.plan.feed_forward(x, w_gate_up, w_down, glu)
 
     def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
         """Logits for every position: row i scores token i+1 given tokens[:i+1]."""
@@ -258,7 +275,7 @@ def load_smollm2(cache_dir=None, progress: Callable = print, plan="auto") -> Smo
     progress(f"loading {path.name}: dequantizing to float32 ...")
     weights = load_weights(path)
     if isinstance(plan, str):
-        plan = (plan_for(weights, cache_dir, progress, remeasure=plan == "measure") if plan in ("auto", "measure")
+        plan = (plan_for(weights, cache_dir, progress, remeasure=plan == "measure", glu=glu) if plan in ("auto", "measure")
                 else Plan.fixed(plan))
     elif not isinstance(plan, Plan):
         raise TypeError(f"plan must be 'auto', a method name or a Plan, not {plan!r}")

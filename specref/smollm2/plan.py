@@ -23,6 +23,13 @@ threads, and only where the plan measured that it pays: the model's five matrix 
 separately, because a split saves time on the large ones (the SwiGLU up projection, the head) and
 loses it on the small ones, where the hand-offs cost more than half the product.
 
+The feed-forward block (SwiGLU: down(glu(x gate, x up))) may also be split as a whole, once per
+layer instead of once per product: each thread takes a range of the intermediate units, computes
+its columns of gate and up, the gated unit on them, and its partial product with the matching rows
+of W_down; the caller adds the partials (`ffn_product`).  One hand-off instead of two, and the
+gated unit is shared out too.  The plan times it against the two products it replaces, per row
+count, and uses it where it saves more than THREADS_MARGIN (`Plan.ffn`).
+
 One layout is kept in memory (both would double it): the one whose fastest plan decodes (1 row)
 fastest, and of two within LAYOUT_TIE of each other, the one that scores 5 rows faster.
 
@@ -56,11 +63,13 @@ CALLER_LEAD = 0.06         # the calling thread's chunk of a split is this much 
 LAYOUT_TIE = 0.03          # decode times within 3% count as a tie between layouts
 THREADS_MARGIN = 0.10      # a split over threads is chosen only if it saves more than 10% (see `choose`)
 METHODS = {"panels": "panels", "gemm": "plain", "rows": "plain"}   # method -> the layout it needs
+LAYOUT_METHOD = {"panels": "panels", "plain": "gemm"}              # the method a split feed-forward uses
 PADS = ("panels", "gemm")  # methods whose rows may be padded with zeros to a cheaper row count (see `choose`)
 ANY = "*"                  # the choice for a matrix shape the plan did not measure
-PLAN_VERSION = 5           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved;
+FFN = "ffn"                # the name of the split feed-forward's times in a plan's `ms`
+PLAN_VERSION = 6           # 2: threads need THREADS_MARGIN; 3: row counts timed interleaved;
                            # 4: one chunk per thread, chosen per matrix shape; 5: gemm pads rows too;
-                           # older plans are measured again
+                           # 6: the feed-forward may be split as a whole; older plans are measured again
 
 
 class PlanError(RuntimeError):
@@ -221,13 +230,17 @@ class Team:
 
 
 def column_chunks(w, method: str, parts: int) -> list:
-    """[(a, b)]: the output units (panels for `panels`, columns otherwise) cut into `parts` ranges, in order.
+    """[(a, b)]: the output units (panels for `panels`, columns otherwise) cut into `parts` ranges, in order."""
+    return unit_chunks(w.shape[0] if method == "panels" else w.shape[1], parts)
+
+
+def unit_chunks(units: int, parts: int) -> list:
+    """[(a, b)]: `units` cut into `parts` ranges (fewer if there are fewer units), in order.
 
     The first range is CALLER_LEAD of the units larger than an equal share, the others share the
     rest equally: the caller takes the first chunk at once, while a worker starts only once it has
     woken up, so equal chunks would leave the caller waiting for the worker at every product.
     """
-    units = w.shape[0] if method == "panels" else w.shape[1]
     parts = min(parts, units)
     if parts == 1:
         return [(0, units)]
@@ -260,6 +273,43 @@ def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix
     return out
 
 
+def ffn_product(x, w_gate_up, w_down, glu: Callable, method: str, team: Team, pad=None):  # [n, d], gate|up, down -> [n, d]
+    """down(glu(x W_gate, x W_up)) with the intermediate units cut into one chunk per thread of the team.
+
+    W_gate_up holds the gate's f columns, then the up projection's f columns ([d, 2f], or its 2f/c
+    panels); W_down is [f, d] (or its panels [d/c, f, c]).  A chunk of units (panels of c units,
+    or single columns) is gate columns a..b, the same up columns, glu on them, and the product with
+    W_down's rows a..b: a partial sum of the output.  The caller adds the partials, in chunk order.
+    """
+    product = PRODUCTS[method]
+    panels = method == "panels"
+    units = w_down.shape[1] // w_down.shape[2] if panels else w_down.shape[0]    # panels or columns of f
+    if shape_of(w_gate_up)[1] != 2 * shape_of(w_down)[0] or (panels and w_gate_up.shape[2] != w_down.shape[2]):
+        raise ValueError(f"W_gate_up {w_gate_up.shape} and W_down {w_down.shape} do not make a gated "
+                         f"feed-forward in the {method!r} method's layout")
+    n = x.shape[0]
+    if method in PADS and pad:                                 # pad once here, not once per product
+        x = pad_rows(x, min(pad, ROWS))
+    chunks = unit_chunks(units, team.workers + 1)
+    partial = [None] * len(chunks)
+
+    def task(k):
+        a, b = chunks[k]
+        if panels:
+            c = w_down.shape[2]
+            gate, up = product(x, w_gate_up[a:b], pad), product(x, w_gate_up[units + a:units + b], pad)
+            partial[k] = product(glu(gate, up), w_down[:, a * c:b * c], pad)
+        else:
+            gate, up = product(x, w_gate_up[:, a:b], pad), product(x, w_gate_up[:, units + a:units + b], pad)
+            partial[k] = product(glu(gate, up), w_down[a:b], pad)
+
+    team.run(len(chunks), task)
+    out = partial[0]
+    for more in partial[1:]:
+        out += more
+    return out[:n]
+
+
 # ---------------------------------------------------------------- the plan
 
 def shape_name(shape) -> str:
@@ -285,15 +335,19 @@ class Plan:
     `choice[n][shape] = (method, threads, pad)` for n in ROW_COUNTS and shape (d_in, d_out) of
     each kind of matrix, plus `choice[n][ANY]` for shapes the plan does not name (pad: the rows a
     `panels` or `gemm` call is padded to with zeros; None for the default; always None for `rows`).
-    Other row counts use the nearest planned count above them (PREFILL for anything above ROWS).  `ms[n]`
-    keeps every candidate's time per shape (shape name -> "method/threads" -> ms for all the
-    matrices of that shape; ANY: all the matrices), `why` says how it was chosen.
+    Other row counts use the nearest planned count above them (PREFILL for anything above ROWS).
+    `ffn[n] = (threads, pad)` for the row counts whose feed-forward is split as a whole
+    (`ffn_product`, with the layout's own method: panels or gemm); the others multiply by its two
+    matrices as `choice` says.  `ms[n]` keeps every candidate's time per shape (shape name ->
+    "method/threads" -> ms for all the matrices of that shape; ANY: all the matrices; FFN: the
+    split feed-forward over every layer), `why` says how it was chosen.
     """
     layout: str
     choice: dict
     ms: dict = dataclasses.field(default_factory=dict)
     why: str = "fixed"
     key: dict = dataclasses.field(default_factory=dict)
+    ffn: dict = dataclasses.field(default_factory=dict)
 
     def __post_init__(self):
         if self.layout not in ("panels", "plain"):
@@ -313,19 +367,32 @@ class Plan:
                                     f"methods: {METHODS}")
                 if not (isinstance(threads, int) and threads >= 1):
                     raise PlanError(f"threads for {where} must be an integer >= 1, not {threads!r}")
+        for n, split in self.ffn.items():
+            threads, pad = split
+            if int(n) not in self.choice:
+                raise PlanError(f"the feed-forward split for {n} rows names a row count the plan does not choose for")
+            if not (isinstance(threads, int) and threads >= 2):
+                raise PlanError(f"the feed-forward split for {n} rows needs an integer >= 2 threads, not {threads!r}")
+            if pad is not None and not (isinstance(pad, int) and int(n) <= pad <= ROWS):
+                raise PlanError(f"the feed-forward split's pad for {n} rows must be None or an integer {n}..{ROWS}, "
+                                f"not {pad!r}")
         self.choice = {int(n): {shape: (m, int(t), p) for shape, (m, t, p) in per_shape.items()}
                        for n, per_shape in sorted(self.choice.items())}
+        self.ffn = {int(n): (int(t), p) for n, (t, p) in sorted(self.ffn.items())}
         self._counts = sorted(self.choice)
-        most = max(t for per_shape in self.choice.values() for _, t, _ in per_shape.values())
+        most = max([t for per_shape in self.choice.values() for _, t, _ in per_shape.values()]
+                   + [t for t, _ in self.ffn.values()])
         self._team = Team(most - 1) if most > 1 else None
 
     @classmethod
-    def fixed(cls, method: str, threads: int = 1) -> "Plan":
-        """The same method and thread count everywhere (tests, and processes that must not spawn threads)."""
+    def fixed(cls, method: str, threads: int = 1, split_ffn: bool = False) -> "Plan":
+        """The same method and thread count everywhere (tests, and processes that must not spawn
+        threads); split_ffn: the feed-forward split as a whole over `threads` (>= 2) at every row count."""
         if method not in METHODS:
             raise PlanError(f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+        ffn = {n: (threads, None) for n in ROW_COUNTS} if split_ffn else {}
         return cls(METHODS[method], {n: {ANY: (method, threads, None)} for n in ROW_COUNTS},
-                   why=f"fixed: {method}/{threads}")
+                   why=f"fixed: {method}/{threads}" + (", feed-forward split" if split_ffn else ""), ffn=ffn)
 
     def on_one_thread(self) -> "Plan":
         """The same layout, methods and padding with every split product kept on the calling thread
@@ -334,11 +401,23 @@ class Plan:
                   for n, per_shape in self.choice.items()}
         return Plan(self.layout, choice, self.ms, f"{self.why}; every product on one thread", self.key)
 
+    def _count(self, n: int) -> int:
+        """The planned row count that n rows use: the nearest one at or above n (the largest for more)."""
+        return next((c for c in self._counts if c >= n), self._counts[-1])
+
     def pick(self, n: int, shape=ANY) -> tuple:
         """(method, threads, pad) for a product of n rows with a matrix of `shape` (d_in, d_out)."""
-        count = next((c for c in self._counts if c >= n), self._counts[-1])
-        per_shape = self.choice[count]
+        per_shape = self.choice[self._count(n)]
         return per_shape.get(shape, per_shape[ANY])
+
+    def feed_forward(self, x, w_gate_up, w_down, glu: Callable):  # [n, d], [d, 2f], [f, d] (this layout) -> [n, d]
+        """down(glu(x W_gate, x W_up)): split as a whole where the plan says so, else as two planned products."""
+        split = self.ffn.get(self._count(x.shape[0]))
+        if split is not None and self._team is not None:
+            return ffn_product(x, w_gate_up, w_down, glu, LAYOUT_METHOD[self.layout], self._team, split[1])
+        gate_up = self.linear(x, w_gate_up)                   # [n, 2f]
+        f = gate_up.shape[1] // 2
+        return self.linear(glu(gate_up[:, :f], gate_up[:, f:]), w_down)
 
     def linear(self, x, w):  # [n, d_in], matrix in this plan's layout -> [n, d_out]
         """x @ W the way this plan multiplies n rows by a matrix of W's shape."""
@@ -367,6 +446,15 @@ class Plan:
                 how = f"{method}/{threads}" + (f" pad {padded}" if padded != n else "")
                 parts.append(how if shape == ANY else f"{shape_name(shape)} {how}")
             head = f"{total:.1f} ms" if total is not None else "not timed"
+            if n in self.ffn:
+                threads, pad = self.ffn[n]
+                padded = pad if pad and pad > n else n
+                name = f"{LAYOUT_METHOD[self.layout]}/{threads}"
+                passes = self.ms.get(n, {}).get(FFN, {})
+                split, products = passes.get(f"split/{threads}"), passes.get("products")
+                parts.append(f"feed-forward split as a whole, {name}" + (f" pad {padded}" if padded != n else "")
+                             + (f" (a pass over every layer {split:.1f} ms, {products:.1f} ms with two products)"
+                                if split is not None and products is not None else ""))
             lines.append(f"  {n:>3} rows ({head}): " + ", ".join(parts))
         return "\n".join(lines)
 
@@ -374,7 +462,8 @@ class Plan:
         return {"version": PLAN_VERSION, "layout": self.layout, "why": self.why, "key": self.key,
                 "choice": {str(n): {shape_name(s): list(c) for s, c in per_shape.items()}
                            for n, per_shape in self.choice.items()},
-                "ms": {str(n): t for n, t in self.ms.items()}}
+                "ms": {str(n): t for n, t in self.ms.items()},
+                "ffn": {str(n): list(split) for n, split in self.ffn.items()}}
 
     @classmethod
     def from_json(cls, d: dict) -> "Plan":
@@ -382,7 +471,8 @@ class Plan:
             raise PlanError(f"plan version {d.get('version')!r}, expected {PLAN_VERSION}")
         return cls(d["layout"], {int(n): {parse_shape(s): tuple(c) for s, c in per_shape.items()}
                                  for n, per_shape in d["choice"].items()},
-                   {int(n): t for n, t in d.get("ms", {}).items()}, d.get("why", ""), d.get("key", {}))
+                   {int(n): t for n, t in d.get("ms", {}).items()}, d.get("why", ""), d.get("key", {}),
+                   {int(n): tuple(split) for n, split in d.get("ffn", {}).items()})
 
 
 def in_layout(weights: Weights, layout: str) -> Weights:
@@ -464,8 +554,12 @@ def candidates(n: int, team_size: int) -> list:
 
 
 def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int | None = None,
-            progress: Callable = print) -> Plan:
-    """Time every candidate for every row count on each shape's matrices (min of `repeats` interleaved passes); return the fastest plan."""
+            progress: Callable = print, glu: Callable | None = None) -> Plan:
+    """Time every candidate for every row count on each shape's matrices (min of `repeats` interleaved
+    passes), and with more than one thread the feed-forward split as a whole (`ffn_product`, with
+    `glu`, the model's gated unit; np.multiply, the same shape of work, if none is given); return
+    the fastest plan."""
+    glu = glu or np.multiply
     threads = threads or cores()
     started = time.perf_counter()
     layouts = {"panels": [m if m.ndim == 3 else to_panels(m, PANEL) for m in weights.matrices()],
@@ -499,8 +593,92 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
         ms[n][ANY] = {name: sum(ms[n][shape_name(shape)][name] for shape in groups)
                       for name in ms[n][shape_name(next(iter(groups)))]}
     layout, choice, why = choose(ms, counts)
+    ffn = {}
+    if team is not None:
+        progress(f"  planning: the feed-forward split as a whole, in passes over every layer "
+                 f"({time.perf_counter() - started:.0f} s)")
+        for n, t in time_ffn_split(layouts[layout], layout, choice, counts, repeats + 2, threads, glu).items():
+            ms[n][FFN] = t
+        first = weights.layers[0]
+        ffn = choose_ffn(ms, counts, choice, (shape_of(first.w_gate_up), shape_of(first.w_down)))
+        if ffn:
+            why += f"; the feed-forward split as a whole for {_ranges(sorted(ffn))} rows"
     why += f"; measured in {time.perf_counter() - started:.0f} s"
-    return Plan(layout, choice, ms, why, machine_key(weights))
+    return Plan(layout, choice, ms, why, machine_key(weights), ffn)
+
+
+def _ranges(counts) -> str:
+    """'1-3, 6, 9-12' for [1, 2, 3, 6, 9, 10, 11, 12]."""
+    runs = []
+    for n in counts:
+        if runs and n == runs[-1][1] + 1:
+            runs[-1][1] = n
+        else:
+            runs.append([n, n])
+    return ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def time_ffn_split(mats: list, layout: str, choice: dict, counts, repeats: int, threads: int,
+                   glu: Callable) -> dict:
+    """{n: {"products": ms, "split/T": ms}}: a pass over every matrix in the forward pass's order (per
+    layer qkv, o, the feed-forward; then the head) as `choice` multiplies them, with the feed-forward
+    as its two products and split as a whole over T threads (min of `repeats` interleaved passes).
+
+    A whole pass, not each product alone, because a split's cost depends on what runs between
+    splits: timed back to back, 30 splits of one matrix in a row keep the worker thread awake,
+    and on the first machine (a VM whose idle cores take ~30 us to wake) that made the feed-forward
+    split look 20% slower than its two products, while in the model it was faster.
+    """
+    trial = Plan(layout, choice, ffn={n: (threads, None) for n in counts})   # with a team of `threads`
+    layers = [mats[i:i + 4] for i in range(0, len(mats) - 1, 4)]             # matrices(): qkv, o, gate_up, down
+    name = f"split/{threads}"
+    times = {n: {"products": [], name: []} for n in counts}
+    for _ in range(repeats):
+        for n in counts:
+            x = np.random.default_rng(n).standard_normal((n, shape_of(mats[0])[0])).astype(np.float32)
+            for variant in ("products", name):
+                pad = trial.pick(n, shape_of(layers[0][2]))[2]
+                trial.ffn = {} if variant == "products" else {trial._count(n): (threads, pad)}
+                t0 = time.perf_counter()
+                for qkv, o, gate_up, down in layers:
+                    trial.linear(x, qkv)
+                    trial.linear(x, o)
+                    trial.feed_forward(x, gate_up, down, glu)
+                trial.linear(x, mats[-1])
+                times[n][variant].append(time.perf_counter() - t0)
+    return {n: {v: 1e3 * min(ts) for v, ts in per.items()} for n, per in times.items()}
+
+
+def choose_ffn(ms: dict, counts, choice: dict, shapes: tuple) -> dict:
+    """{n: (threads, pad)} for the row counts whose feed-forward is split as a whole.
+
+    ms[n][FFN] holds a pass over every layer with the feed-forward as two products and split over
+    T threads ("products", "split/T"; `time_ffn_split`); the split's own time is the two products'
+    (ms[.][shape] for gate_up and down = `shapes`, as `choice` multiplies them) less what the pass
+    saved.  Both are then costed as in `choose`, a split's time over 1 - THREADS_MARGIN: where
+    `choice` already splits both products any saving counts, where it keeps them on one thread the
+    split must save more than the margin.  The split pads its rows as the gate_up product does.
+    """
+    def cost(v, t):
+        return v / (1 - THREADS_MARGIN) if t > 1 else v
+
+    out = {}
+    for n in counts:
+        passes = ms[n].get(FFN)
+        if not passes:
+            continue
+        raw = costed = 0.0
+        for shape in shapes:
+            m, t, pad = choice[n].get(shape, choice[n][ANY])
+            name = shape_name(shape) if shape_name(shape) in ms[n] else ANY
+            v = ms[pad if pad and pad > n else n][name][f"{m}/{t}"]
+            raw, costed = raw + v, costed + cost(v, t)
+        for variant, v in passes.items():
+            threads = int(variant.split("/")[1]) if variant.startswith("split/") else 1
+            if threads > 1 and cost(raw - (passes["products"] - v), threads) < costed:
+                pad = choice[n].get(shapes[0], choice[n][ANY])[2]
+                out[n] = (threads, pad if pad and pad > n else None)
+    return out
 
 
 def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
@@ -516,7 +694,7 @@ def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
     def cost(v, t):                                            # a split must take < (1 - margin) of one thread's time
         return v / (1 - THREADS_MARGIN) if t > 1 else v
 
-    shapes = list(ms[counts[0]])
+    shapes = [s for s in ms[counts[0]] if s != FFN]
     best = {}                                                  # layout -> shape -> n -> (method, threads, pad, ms)
     for layout in ("panels", "plain"):
         best[layout] = {shape: {} for shape in shapes}
@@ -560,8 +738,10 @@ def plan_path(weights: Weights, cache_dir=None) -> pathlib.Path:
     return cache_root(cache_dir) / "plans" / f"{digest}.json"
 
 
-def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remeasure: bool = False) -> Plan:
-    """This machine's cached plan, or (none cached, or remeasure) a new one measured now (about half a minute) and cached."""
+def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remeasure: bool = False,
+             glu: Callable | None = None) -> Plan:
+    """This machine's cached plan, or (none cached, or remeasure) a new one measured now (about half a
+    minute) and cached; glu: the model's gated unit, for timing the split feed-forward (see `measure`)."""
     path = plan_path(weights, cache_dir)
     if path.exists() and not remeasure:
         try:
@@ -572,7 +752,7 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
         except (OSError, ValueError, KeyError, TypeError, PlanError) as e:
             progress(f"the plan in {path} cannot be read ({e}); measuring a new one")
     progress("measuring how to multiply by the weights fastest on this machine (once; cached) ...")
-    plan = measure(weights, progress=progress)
+    plan = measure(weights, progress=progress, glu=glu)
     plan.why += f", {datetime.date.today().isoformat()}"
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specref.smollm2 import plan as P
-from specref.smollm2.model import SmolLM2
+from specref.smollm2.model import SmolLM2, glu
 from specref.smollm2.weights import PANEL, Config, LayerWeights, Weights, from_panels, to_panels
 
 FORCED = [("panels", 1), ("panels", 2), ("gemm", 1), ("gemm", 2), ("rows", 1), ("rows", 2)]
@@ -58,6 +58,50 @@ def test_a_split_that_loses_a_chunk_is_caught(team, monkeypatch):
     got = P.split_product(x, to_panels(w, PANEL), "panels", team)
     with pytest.raises(AssertionError):
         np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-4)
+
+
+def swiglu64(x, w_gate_up, w_down):  # the feed-forward in float64, [d, 2f] and [f, d] plain
+    x, w_gate_up, w_down = (a.astype(np.float64) for a in (x, w_gate_up, w_down))
+    gate_up = x @ w_gate_up
+    f = w_down.shape[0]
+    gate = gate_up[:, :f]
+    return (gate / (1 + np.exp(-gate)) * gate_up[:, f:]) @ w_down
+
+
+def feed_forward_weights(seed=0, d=96, f=40 * PANEL):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((d, 2 * f), dtype=np.float32) * 0.1,
+            rng.standard_normal((f, d), dtype=np.float32) * 0.1)
+
+
+@pytest.mark.parametrize("method", ["panels", "gemm", "rows"])
+@pytest.mark.parametrize("n", [1, 2, 5, 9, 19])
+def test_the_feed_forward_split_as_a_whole_computes_swiglu(method, n, team):
+    w_gate_up, w_down = feed_forward_weights(n)
+    x = np.random.default_rng(100 + n).standard_normal((n, 96), dtype=np.float32)
+    expected = swiglu64(x, w_gate_up, w_down)
+    for pad in ([None] + [p for p in (2, 6, 12, 18) if p >= n]) if method in P.PADS else [None]:
+        got = P.ffn_product(x, layout_of(method, w_gate_up), layout_of(method, w_down), glu, method, team, pad)
+        assert got.dtype == np.float32 and got.shape == (n, 96)
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_feed_forward_split_that_loses_a_partial_is_caught(team, monkeypatch):
+    """Negative control for the test above: drop the last chunk of intermediate units; the comparison must fail."""
+    w_gate_up, w_down = feed_forward_weights()
+    x = np.random.default_rng(1).standard_normal((5, 96), dtype=np.float32)
+    whole = P.unit_chunks
+    monkeypatch.setattr(P, "unit_chunks", lambda units, parts: whole(units, parts)[:-1])
+    got = P.ffn_product(x, to_panels(w_gate_up, PANEL), to_panels(w_down, PANEL), glu, "panels", team)
+    with pytest.raises(AssertionError):
+        np.testing.assert_allclose(got, swiglu64(x, w_gate_up, w_down), rtol=1e-5, atol=1e-5)
+
+
+def test_a_feed_forward_of_mismatched_matrices_is_a_clear_error(team):
+    w_gate_up, w_down = feed_forward_weights()
+    x = np.zeros((2, 96), np.float32)
+    with pytest.raises(ValueError, match="do not make a gated feed-forward"):
+        P.ffn_product(x, w_gate_up[:, :-PANEL], w_down, glu, "gemm", team)
 
 
 def test_team_runs_every_chunk_once_and_passes_errors_on():
@@ -144,6 +188,60 @@ def test_bad_plans_are_refused():
         P.parse_shape("576 by 960")
 
 
+def test_bad_feed_forward_splits_are_refused():
+    good = {n: {P.ANY: ("panels", 1, None)} for n in P.ROW_COUNTS}
+    with pytest.raises(P.PlanError, match="integer >= 2 threads"):
+        P.Plan("panels", good, ffn={5: (1, None)})
+    with pytest.raises(P.PlanError, match="pad for 5 rows must be None or an integer 5..18"):
+        P.Plan("panels", good, ffn={5: (2, 4)})
+    with pytest.raises(P.PlanError, match="does not choose for"):
+        P.Plan("panels", {1: good[1]}, ffn={5: (2, None)})
+
+
+def test_a_plan_splits_the_feed_forward_only_where_it_says_and_round_trips():
+    plan = P.Plan("panels", {n: {P.ANY: ("panels", 1, None)} for n in (1, 6, 64)}, ffn={6: (2, None)})
+    back = P.Plan.from_json(json.loads(json.dumps(plan.to_json())))
+    assert back.ffn == {6: (2, None)} and plan.on_one_thread().ffn == {}
+    w_gate_up, w_down = (to_panels(w, PANEL) for w in feed_forward_weights())
+    x = np.random.default_rng(0).standard_normal((5, 96), dtype=np.float32)
+    calls = []
+    whole = P.ffn_product
+    try:
+        P.ffn_product = lambda *a, **k: calls.append(a[0].shape[0]) or whole(*a, **k)
+        for n in (1, 5, 7):                                    # 5 uses the plan for 6 rows; 1 and 7 do not split
+            got = plan.feed_forward(x[:n] if n <= 5 else np.vstack([x, x[:2]]), w_gate_up, w_down, glu)
+            assert got.shape == (n, 96)
+    finally:
+        P.ffn_product = whole
+    assert calls == [5]
+    assert "feed-forward split as a whole, panels/2" in plan.describe()
+    assert P.Plan.fixed("gemm", 2, split_ffn=True).ffn == {n: (2, None) for n in P.ROW_COUNTS}
+
+
+def ffn_ms(single_products, split_products, saved):
+    """Synthetic measurements at 1 row: gate_up and down at 10 + 5 ms times `single_products` on one
+    thread and `split_products` on two, and a pass over the layers that the feed-forward split
+    shortens by `saved` ms."""
+    return {1: {"576x3072": {"panels/1": 10.0 * single_products, "panels/2": 10.0 * split_products},
+                "1536x576": {"panels/1": 5.0 * single_products, "panels/2": 5.0 * split_products},
+                P.FFN: {"products": 40.0, "split/2": 40.0 - saved}}}
+
+
+def test_choose_ffn_costs_the_split_like_choose_does():
+    shapes = ((576, 3072), (1536, 576))
+    one = {1: {P.ANY: ("panels", 1, None)}}                    # the products on one thread: 15 ms
+    margin = P.THREADS_MARGIN * 15.0
+    assert P.choose_ffn(ffn_ms(1.0, 1.0, margin * 1.05), (1,), one, shapes) == {1: (2, None)}
+    assert P.choose_ffn(ffn_ms(1.0, 1.0, margin * 0.95), (1,), one, shapes) == {}   # under the margin
+    two = {1: {P.ANY: ("panels", 2, None)}}                    # the products already split: any saving counts
+    assert P.choose_ffn(ffn_ms(1.0, 0.8, 0.1), (1,), two, shapes) == {1: (2, None)}
+    assert P.choose_ffn(ffn_ms(1.0, 0.8, -0.1), (1,), two, shapes) == {}             # a loss never
+    padded = {1: {P.ANY: ("panels", 1, None), (576, 3072): ("panels", 1, 6)}}
+    ms = ffn_ms(1.0, 1.0, 5.0)
+    ms[6] = ms[1]
+    assert P.choose_ffn(ms, (1,), padded, shapes) == {1: (2, 6)}                     # padded as gate_up is
+
+
 def test_pick_uses_the_next_planned_row_count_and_the_shapes_own_choice():
     plan = P.Plan("panels", {1: {P.ANY: ("panels", 1, 2), (576, 3072): ("panels", 2, None)},
                              6: {P.ANY: ("panels", 1, None)}, 64: {P.ANY: ("panels", 1, None)}})
@@ -199,6 +297,10 @@ def test_measure_keeps_the_fastest_candidate_for_every_row_count_and_shape():
         for cand, v in plan.ms[n][P.ANY].items():                  # ANY's times are the shapes' sums
             assert v == pytest.approx(sum(plan.ms[n][P.shape_name(s)][cand] for s in shapes))
     assert "decode" in plan.why and plan.key["cpu"]
+    for n in plan.choice:                                      # the feed-forward split, timed in whole passes
+        assert set(plan.ms[n][P.FFN]) == {"products", "split/2"}
+    shapes = (P.shape_of(weights.layers[0].w_gate_up), P.shape_of(weights.layers[0].w_down))
+    assert plan.ffn == P.choose_ffn(plan.ms, (1, 2, 5, 6, 64), plan.choice, shapes)
     assert len(plan.describe().splitlines()) == 2 + 5
     assert plan.describe().splitlines()[1].startswith(f"  measured on: {plan.key['cpu']} (family/model/stepping")
 
@@ -353,10 +455,11 @@ def test_in_layout_round_trips_and_embeds_alike():
 
 # --- the real model under every forced plan ---------------------------------------------------------
 
-@pytest.mark.parametrize("method,threads", FORCED)
-def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, threads):
+@pytest.mark.parametrize("method,threads,split_ffn", [(m, t, False) for m, t in FORCED]
+                         + [("panels", 2, True), ("gemm", 2, True)])
+def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, threads, split_ffn):
     base = SmolLM2(smollm2.weights, plan=P.Plan.fixed("panels"))
-    plan = P.Plan.fixed(method, threads)
+    plan = P.Plan.fixed(method, threads, split_ffn)
     model = SmolLM2(smollm2.weights, plan=plan)
     assert model.weights.head.ndim == (3 if plan.layout == "panels" else 2)
     prompt = np.array(smollm2.tokenizer.chat([{"role": "user", "content": "Write a haiku about rain."}]))
