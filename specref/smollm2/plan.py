@@ -28,7 +28,8 @@ layer instead of once per product: each thread takes a range of the intermediate
 its columns of gate and up, the gated unit on them, and its partial product with the matching rows
 of W_down; the caller adds the partials (`ffn_product`).  One hand-off instead of two, and the
 gated unit is shared out too.  The plan times it against the two products it replaces, per row
-count, and uses it where it saves more than THREADS_MARGIN (`Plan.ffn`).
+count, in whole passes over the layers (`time_ffn_split` says why not product by product), and
+uses it where it pays as `choose` costs a split (`choose_ffn`, `Plan.ffn`).
 
 One layout is kept in memory (both would double it): the one whose fastest plan decodes (1 row)
 fastest, and of two within LAYOUT_TIE of each other, the one that scores 5 rows faster.
@@ -636,8 +637,8 @@ def time_ffn_split(mats: list, layout: str, choice: dict, counts, repeats: int, 
     for _ in range(repeats):
         for n in counts:
             x = np.random.default_rng(n).standard_normal((n, shape_of(mats[0])[0])).astype(np.float32)
+            pad = trial.pick(n, shape_of(layers[0][2]))[2]             # as the gate_up product pads
             for variant in ("products", name):
-                pad = trial.pick(n, shape_of(layers[0][2]))[2]
                 trial.ffn = {} if variant == "products" else {trial._count(n): (threads, pad)}
                 t0 = time.perf_counter()
                 for qkv, o, gate_up, down in layers:
