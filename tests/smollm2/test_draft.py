@@ -208,13 +208,11 @@ class Remembered:
 
     def __init__(self, model):
         self.model = model
-        self.calls = 0                                           # distinct contexts actually computed
-        self._seen = {}
+        self._seen = {}                                          # (tokens, k) -> read-only [k, V]
 
     def next_probs(self, tokens, k: int) -> np.ndarray:          # [n] -> [k, V]
         key = (tuple(int(t) for t in tokens), k)
         if key not in self._seen:
-            self.calls += 1
             self._seen[key] = next_distributions(self.model, tokens, k)
             self._seen[key].flags.writeable = False
         return self._seen[key].copy()
