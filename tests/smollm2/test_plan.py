@@ -496,3 +496,27 @@ def test_the_thread_experiments_run_every_variant_to_the_end():
         for name, run in runs.items():
             for _ in range(2):
                 run(x, 2)
+
+
+def test_the_gemm_cost_probe_times_every_row_count_both_ways(tmp_path, capsys):
+    # tools/gemm_cost.py (the README's measurement of what n rows cost with the weights in cache and
+    # from memory): every row count gets a time and a rate for both kinds, the table shows them
+    # against the fewest rows, --json writes the same numbers, and bad arguments are refused.
+    from tools import gemm_cost
+    out = tmp_path / "cost.json"
+    gemm_cost.main(["--rows", "3", "1", "--rounds", "2", "--shape", "64", "96", "--matrices", "3", "--json", str(out)])
+    result = json.loads(out.read_text())
+    assert result["shape"] == [64, 96] and result["matrices"] == 3 and result["rounds"] == 2
+    assert sorted(result["rows"]) == ["1", "3"]
+    for n, r in result["rows"].items():
+        for kind in ("hot", "cold"):
+            assert r[f"{kind}_ms"] > 0
+            assert r[f"{kind}_gflops"] == pytest.approx(2 * int(n) * 64 * 96 * 3 / r[f"{kind}_ms"] / 1e6)
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:]] == ["1", "3"]
+    assert lines[2].split()[2] == lines[2].split()[5] == "1.00"                       # 1 row against itself
+    for bad, message in ((["--rows", "0"], "row counts must be >= 1"), (["--rounds", "0"], "need rounds >= 1"),
+                         (["--matrices", "0"], "need rounds >= 1"), (["--shape", "0", "5"], "shape of two positive")):
+        with pytest.raises(SystemExit):
+            gemm_cost.main(bad)
+        assert message in capsys.readouterr().err
