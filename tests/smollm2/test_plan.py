@@ -483,7 +483,7 @@ def test_the_loaded_model_runs_its_machines_plan(smollm2):
 
 
 def test_the_thread_experiments_run_every_variant_to_the_end():
-    # tools/thread_experiments.py (the README's measurements of where a second core could help):
+    # tools/thread_experiments.py (docs/performance.md's measurements of where a second core could help):
     # every variant multiplies by every matrix and returns, twice in a row, on small panel matrices.
     from tools.thread_experiments import ReadAhead, variants
     rng = np.random.default_rng(0)
@@ -499,7 +499,7 @@ def test_the_thread_experiments_run_every_variant_to_the_end():
 
 
 def test_the_gemm_cost_probe_times_every_row_count_both_ways(tmp_path, capsys):
-    # tools/gemm_cost.py (the README's measurement of what n rows cost with the weights in cache and
+    # tools/gemm_cost.py (docs/performance.md's measurement of what n rows cost with the weights in cache and
     # from memory): every row count gets a time and a rate for both kinds, the table shows them
     # against the fewest rows, --json writes the same numbers, and bad arguments are refused.
     from tools import gemm_cost
