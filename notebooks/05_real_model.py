@@ -30,6 +30,12 @@
 # `~/.cache/specref`); later runs read them from there.
 
 # %%
+import os
+
+# One BLAS thread, as `python3 -m specref` runs the model (specref/__main__.py says why). OpenBLAS reads
+# this once, when NumPy is first imported, so it comes before any import of NumPy.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import time
 
 import matplotlib.pyplot as plt

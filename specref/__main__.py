@@ -9,9 +9,10 @@ Options are checked as they are read (types in `specref.apps.options`, and a mod
 `check_args(args)` if it has one): a bad value ends the command with one error line and status
 2 before a model or a data set is loaded.
 
-BLAS threads, set here and nowhere else: OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is
-imported, so this module sets it before anything imports NumPy.  It is 1 unless the environment
-sets it (the model's small products never gain from threads, and on a shared 2-core machine
+BLAS threads: OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported, so this module
+sets it before anything imports NumPy (the test suite's tests/conftest.py and notebook 05 set it
+the same way, so that they run the model as the commands do and use the plan the commands
+measured).  It is 1 unless the environment sets it (the model's small products never gain from threads, and on a shared 2-core machine
 OpenBLAS's spinning worker threads made prefill 3x slower; see specref.smollm2.model);
 `bench --blas-threads N` sets it to N; `train-draft` uses every core unless told otherwise.
 """

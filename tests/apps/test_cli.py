@@ -1,6 +1,8 @@
 """`python -m specref`: every bad option value ends the command with one error line and status 2
 before anything is loaded; `--help` of every command needs only the core dependencies; one
-mechanism (specref.__main__, before NumPy is imported) sets the BLAS thread count."""
+mechanism sets the BLAS thread count: OPENBLAS_NUM_THREADS, 1 unless the environment says otherwise,
+set before NumPy is imported by specref.__main__, and the same way by the test suite
+(tests/conftest.py) and by notebook 05, which runs the model as `demo` and `bench` do."""
 
 import argparse
 import importlib
@@ -289,3 +291,41 @@ def test_openblas_threads_are_set_before_numpy_is_imported(argv, env, threads):
     r = python("-c", THREADS_RUN, *argv, *bad, env_extra=env)
     assert r.returncode == 2, r.stderr
     assert f"numpy imported with OPENBLAS_NUM_THREADS={threads}\n" in r.stderr
+
+
+def test_the_suite_sets_the_blas_threads_before_numpy_is_imported():
+    import conftest                                           # tests/conftest.py, as pytest loaded it
+    assert not conftest._NUMPY_FIRST, "NumPy was imported before tests/conftest.py set OPENBLAS_NUM_THREADS"
+    assert os.environ.get("OPENBLAS_NUM_THREADS")
+
+
+def _code_lines(notebook: Path) -> list[str]:
+    import jupytext
+    cells = jupytext.read(notebook).cells
+    return [line.strip() for c in cells if c.cell_type == "code" for line in c.source.splitlines()]
+
+
+MODEL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py")
+                         if any("load_smollm2(" in line for line in _code_lines(p)))
+TRAINING_NOTEBOOKS = ["06_making_a_draft"]     # trains a draft, which `train-draft` does on every core
+ONE_BLAS_THREAD = 'os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")'
+
+
+def test_the_model_notebooks_are_found():
+    assert MODEL_NOTEBOOKS == ["05_real_model", "06_making_a_draft"]
+    assert set(TRAINING_NOTEBOOKS) < set(MODEL_NOTEBOOKS)
+
+
+@pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
+def test_notebooks_that_load_the_model_set_the_blas_threads_as_their_command(name):
+    """A notebook that loads the model to generate sets OPENBLAS_NUM_THREADS as `demo` and `bench` do,
+    before its first import of NumPy or of a package that imports it; one that also trains leaves
+    OpenBLAS its every-core default, as `train-draft` does."""
+    lines = _code_lines(ROOT / "notebooks" / f"{name}.py")
+    setting = [i for i, line in enumerate(lines) if line == ONE_BLAS_THREAD]
+    if name in TRAINING_NOTEBOOKS:
+        assert not setting and "td.run_training(" in " ".join(lines)
+        return
+    imports = [i for i, line in enumerate(lines) if line.split(" ")[0] in ("import", "from")
+               and line.split(" ")[1].split(".")[0] in ("numpy", "specref", "matplotlib", "scipy")]
+    assert setting and imports and setting[0] < imports[0], f"{name} loads the model without setting the BLAS threads first"
