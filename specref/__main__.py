@@ -10,9 +10,8 @@ Options are checked as they are read (types in `specref.apps.options`, and a mod
 2 before a model or a data set is loaded.
 
 BLAS threads: OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported, so this module
-sets it before anything imports NumPy (the test suite's tests/conftest.py and notebook 05 set it
-the same way, so that they run the model as the commands do and use the plan the commands
-measured).  It is 1 unless the environment sets it (the model's small products never gain from threads, and on a shared 2-core machine
+sets it before anything imports NumPy (notebook 05 sets it the same way, so that it runs the
+model as the commands do and uses the plan they measured).  It is 1 unless the environment sets it (the model's small products never gain from threads, and on a shared 2-core machine
 OpenBLAS's spinning worker threads made prefill 3x slower; see specref.smollm2.model);
 `bench --blas-threads N` sets it to N; `train-draft` uses every core unless told otherwise.
 """

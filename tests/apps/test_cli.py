@@ -1,8 +1,8 @@
 """`python -m specref`: every bad option value ends the command with one error line and status 2
 before anything is loaded; `--help` of every command needs only the core dependencies; one
 mechanism sets the BLAS thread count: OPENBLAS_NUM_THREADS, 1 unless the environment says otherwise,
-set before NumPy is imported by specref.__main__, and the same way by the test suite
-(tests/conftest.py) and by notebook 05, which runs the model as `demo` and `bench` do."""
+set before NumPy is imported by specref.__main__, and the same way by notebook 05, which runs the
+model as `demo` and `bench` do."""
 
 import argparse
 import importlib
@@ -291,12 +291,6 @@ def test_openblas_threads_are_set_before_numpy_is_imported(argv, env, threads):
     r = python("-c", THREADS_RUN, *argv, *bad, env_extra=env)
     assert r.returncode == 2, r.stderr
     assert f"numpy imported with OPENBLAS_NUM_THREADS={threads}\n" in r.stderr
-
-
-def test_the_suite_sets_the_blas_threads_before_numpy_is_imported():
-    import conftest                                           # tests/conftest.py, as pytest loaded it
-    assert not conftest._NUMPY_FIRST, "NumPy was imported before tests/conftest.py set OPENBLAS_NUM_THREADS"
-    assert os.environ.get("OPENBLAS_NUM_THREADS")
 
 
 def _code_lines(notebook: Path) -> list[str]:
