@@ -154,7 +154,9 @@ plt.show()
 # rejection sampling of whatever drafts it holds, so a draft may draft fewer, $0 \le k \le K$, as long as it
 # chooses $k$ from the context before drawing any draft token (`specref.protocol.draft_length`; $k = 0$ makes the
 # call one step of Algorithm 1). The adaptive prompt lookup uses this: it drafts nothing unless the last 2 or more
-# tokens occurred earlier, and never past the end of what followed that occurrence. A call with nothing to copy
+# tokens occurred earlier, and never past the end of what followed that occurrence. It copies from where the
+# longest suffix it can find (up to 8 tokens) occurred last: when text repeats, a longer match is likelier to be
+# the same place in the repeat, where a 3-token match may be a different one. A call with nothing to copy
 # then costs one decode step instead of scoring $K + 1$ tokens on guesses. The predictions average Leviathan's
 # Eq. 1 over the calls' lengths (`specref.speedup.improvement_with_lengths`). One prompt, one run each: noisy.
 

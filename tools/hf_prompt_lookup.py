@@ -6,11 +6,14 @@ Three workloads, 128 new tokens each, greedy:
 - raw: HumanEval/5's prompt, continued.
 Both sides get the same token ids (specref's tokenizer).  Hugging Face transformers runs the GGUF
 dequantized by transformers, `generate(do_sample=False)` without and with
-`prompt_lookup_num_tokens=K` (its default K = 10 and the same K list as specref); specref runs
-ArS and SpS with the prompt-lookup draft and with its adaptive variant (`prompt-lookup-adaptive`,
-which drafts only as far as the copy reaches, as Hugging Face's candidates do), K = 2, 4, 8, 10.  Each side's speedup is its ArS
-ms/token over its SpS ms/token in the same run (medians of --repeats interleaved runs); the two
-sides' greedy outputs are compared.
+`prompt_lookup_num_tokens=K` (its default K = 10 and the same K list as specref), with its default
+match of up to 2 tokens and (`hf-n8`) with `max_matching_ngram_size=8`; specref runs ArS and SpS
+with the prompt-lookup draft and with its adaptive variant (`prompt-lookup-adaptive`, which drafts
+only as far as the copy reaches, as Hugging Face's candidates do, and matches up to 8 tokens), and
+(`specref-adaptive-n3`) the adaptive variant matching up to 3 tokens, as it did before, K = 2, 4, 8, 10.
+Hugging Face copies from the earliest occurrence of the longest match, specref from the latest.
+Each side's speedup is its ArS ms/token over its SpS ms/token in the same run (medians of
+--repeats interleaved runs); the sides' greedy outputs are compared.
 
 Run outside CI, in the virtual environment of tools/torch_reference.py plus transformers:
 
@@ -41,6 +44,10 @@ from specref.smollm2.weights import gguf_path  # noqa: E402
 NEW_TOKENS = 128
 KS = (2, 4, 8, 10)
 HF_DEFAULT_K = 10
+HF_SIDES = {"hf": {}, "hf-n8": {"max_matching_ngram_size": 8}}          # side -> generate() arguments
+SPECREF_SIDES = {"specref": ("prompt-lookup", None), "specref-adaptive-n3": ("prompt-lookup-adaptive", 3),
+                 "specref-adaptive": ("prompt-lookup-adaptive", None)}  # side -> (draft, lookup_n)
+SIDES = tuple(HF_SIDES) + tuple(SPECREF_SIDES)
 
 
 def workloads(tokenizer, problems) -> dict:
@@ -58,10 +65,10 @@ def workloads(tokenizer, problems) -> dict:
     }
 
 
-def hf_generate(model, ids, eos, k=None):
+def hf_generate(model, ids, eos, k=None, **lookup):
     """(new token ids, ms per new token) of one greedy generate() call."""
     inputs = torch.tensor([ids])
-    extra = {"prompt_lookup_num_tokens": k} if k else {}
+    extra = {"prompt_lookup_num_tokens": k, **lookup} if k else {}
     t = time.perf_counter()
     with torch.inference_mode():
         out = model.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=NEW_TOKENS,
@@ -104,13 +111,16 @@ def main() -> int:
         runs = {}                                    # (side, K) -> [(tokens, ms/token, tokens per call)]
         for _ in range(args.repeats):                # interleaved: drift hits every configuration alike
             for K in (0,) + KS:
-                new, ms = hf_generate(hf, ids, eos, K or None)
-                runs.setdefault(("hf", K), []).append((new, ms, None))
-                for side, draft in (("specref", "prompt-lookup"), ("specref-adaptive", "prompt-lookup-adaptive")):
-                    if side == "specref-adaptive" and not K:
-                        continue  # one ArS serves both
+                for side, lookup in HF_SIDES.items():
+                    if side != "hf" and not K:
+                        continue  # one ArS serves every side
+                    new, ms = hf_generate(hf, ids, eos, K or None, **lookup)
+                    runs.setdefault((side, K), []).append((new, ms, None))
+                for side, (draft, lookup_n) in SPECREF_SIDES.items():
+                    if side != "specref" and not K:
+                        continue
                     r = demo.generate(spec, ids, "SpS" if K else "ArS", draft if K else "-", K, 0.0, None,
-                                      NEW_TOKENS, 0, eos)
+                                      NEW_TOKENS, 0, eos, lookup_n=lookup_n)
                     runs.setdefault((side, K), []).append((r.tokens, r.stats.ms_per_token,
                                                            r.stats.tokens_per_target_call))
 
@@ -125,13 +135,15 @@ def main() -> int:
         row = {"workload": name, "prompt_tokens": len(ids), "repeats": args.repeats, "hf_ars_ms": hf_ars_ms,
                "specref_ars_ms": ars_ms, "same_greedy_prefix": common_prefix(hf_ars, ars_tokens),
                "outputs_identical": hf_ars == ars_tokens and all_equal("hf", 0, hf_ars) and all_equal("specref", 0, ars_tokens),
-               "tokens": len(ars_tokens), "hf": {}, "specref": {}, "specref-adaptive": {}}
+               "tokens": len(ars_tokens), **{side: {} for side in SIDES}}
         for K in KS:
-            hf_ms = median_ms("hf", K)
-            row["hf"][K] = {"ms": hf_ms, "ms_runs": [ms for _, ms, _ in runs[("hf", K)]],
-                            "speedup": hf_ars_ms / hf_ms, "identical": all_equal("hf", K, hf_ars)}
-            line = f"  K={K:>2}: HF {row['hf'][K]['speedup']:.2f}x ({hf_ms:.1f} ms/token)"
-            for side in ("specref", "specref-adaptive"):
+            line = f"  K={K:>2}:"
+            for side in HF_SIDES:
+                hf_ms = median_ms(side, K)
+                row[side][K] = {"ms": hf_ms, "ms_runs": [ms for _, ms, _ in runs[(side, K)]],
+                                "speedup": hf_ars_ms / hf_ms, "identical": all_equal(side, K, hf_ars)}
+                line += f" {side} {row[side][K]['speedup']:.2f}x ({hf_ms:.1f} ms/token) "
+            for side in SPECREF_SIDES:
                 sp_ms, per_call = median_ms(side, K), runs[(side, K)][0][2]
                 row[side][K] = {"ms": sp_ms, "ms_runs": [ms for _, ms, _ in runs[(side, K)]],
                                 "speedup": ars_ms / sp_ms, "identical": all_equal(side, K, ars_tokens),
@@ -142,20 +154,17 @@ def main() -> int:
     key = machine_key(spec.weights)
     print(f"\nCPU {cpu_label(key)}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
           f"specref plan: {spec.plan.layout} layout; greedy, {NEW_TOKENS} new tokens")
-    print(f"{'workload':<38} {'ArS ms/tok HF':>13} {'specref':>8} {'HF K=10':>8} {'HF best':>8} "
-          f"{'specref best':>13} {'adaptive best':>14} {'outputs':>8}")
+    print(f"{'workload':<38} {'ArS ms/tok HF':>13} {'specref':>8} {'HF K=10':>8}"
+          + "".join(f" {side + ' best':>21}" for side in SIDES) + f" {'outputs':>8}")
     for r in rows:
-        hf_best = max(r["hf"].items(), key=lambda kv: kv[1]["speedup"])
-        sp_best = max(r["specref"].items(), key=lambda kv: kv[1]["speedup"])
-        ad_best = max(r["specref-adaptive"].items(), key=lambda kv: kv[1]["speedup"])
-        same = "same" if r["outputs_identical"] and all(v["identical"] for side in ("hf", "specref", "specref-adaptive")
-                                                       for v in r[side].values()) \
+        best = {side: max(r[side].items(), key=lambda kv: kv[1]["speedup"]) for side in SIDES}
+        same = "same" if r["outputs_identical"] and all(v["identical"] for side in SIDES for v in r[side].values()) \
             else f"{r['same_greedy_prefix']}/{r['tokens']}"
         print(f"{r['workload']:<38} {r['hf_ars_ms']:>13.1f} {r['specref_ars_ms']:>8.1f} "
-              f"{r['hf'][HF_DEFAULT_K]['speedup']:>7.2f}x {hf_best[1]['speedup']:>5.2f}x@{hf_best[0]:<2} "
-              f"{sp_best[1]['speedup']:>8.2f}x@{sp_best[0]:<3} {ad_best[1]['speedup']:>9.2f}x@{ad_best[0]:<3} {same:>8}")
-        r["hf_best"], r["specref_best"] = hf_best[1]["speedup"], sp_best[1]["speedup"]
-        r["specref_adaptive_best"] = ad_best[1]["speedup"]
+              f"{r['hf'][HF_DEFAULT_K]['speedup']:>7.2f}x"
+              + "".join(f" {best[side][1]['speedup']:>17.2f}x@{best[side][0]:<2}" for side in SIDES) + f" {same:>8}")
+        for side in SIDES:
+            r[side.replace("-", "_") + "_best"] = best[side][1]["speedup"]
     if args.json:
         args.json.write_text(json.dumps({"machine": key, "torch": torch.__version__,
                                          "torch_threads": torch.get_num_threads(), "rows": rows}, indent=1))

@@ -82,10 +82,12 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token") -> Result:
-    """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept)."""
+             verify: str = "token", lookup_n: int | None = None) -> Result:
+    """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
+
+    lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`)."""
     # the n-gram is a trigram fitted on the prompt's own tokens
-    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3,
+    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
                     neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)

@@ -90,7 +90,8 @@ BODY_INDENT = "   "
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
 GREEDY = (0.0, None)
 NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
-PROMPT_LOOKUP_N = 3  # prompt lookup matches the last 3 tokens, backing off to 2 and 1
+PROMPT_LOOKUP_N = 3  # prompt lookup matches the last 3 tokens, backing off to 2 and 1; the adaptive draft
+                     # too here (its own default is 8), so that stored results stay comparable and reusable
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # Fields every row of the --json report has (the README's results table is built from them).

@@ -63,6 +63,19 @@ def test_adaptive_prompt_lookup_drafts_only_as_far_as_the_copy_reaches():
         d.draft_length(np.array([1, 2, 12]), 4)
 
 
+def test_the_adaptive_draft_matches_longer_by_default_and_copies_from_the_right_turn_of_a_loop():
+    assert drafts.PromptLookupDraft(10).n == 3 and drafts.PromptLookupDraft(10, adaptive=True).n == 8
+    assert drafts.by_name("prompt-lookup-adaptive", 10).n == 8 and drafts.by_name("prompt-lookup", 10).n == 3
+    assert drafts.by_name("prompt-lookup-adaptive", 10, lookup_n=3).n == 3
+    # a loop in which "1 2 3" recurs twice per turn, followed by 4 and then by 5:
+    # 0 1 2 3 4 | 9 1 2 3 5 | 0 1 2 3 -> the turn continues with 4, which only a 4-token match finds
+    x = np.array([0, 1, 2, 3, 4, 9, 1, 2, 3, 5, 0, 1, 2, 3])
+    short, long = drafts.PromptLookupDraft(10, n=3, adaptive=True), drafts.PromptLookupDraft(10, adaptive=True)
+    assert short.match(x, shortest=2) == (3, 9) and short.propose(x) == 5        # the latest "1 2 3"
+    assert long.match(x, shortest=2) == (4, 4) and long.propose(x) == 4          # "0 1 2 3" at 0..3
+    assert long.draft_length(x, 20) == len(x) - 4
+
+
 @pytest.mark.parametrize("model", [drafts.UniformDraft(4), drafts.PromptLookupDraft(4),
                                    drafts.NGramDraft.fit([[0, 1, 2, 3]], 4, n=2)])
 def test_drafts_reject_bad_tokens(model):
