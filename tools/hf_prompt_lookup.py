@@ -26,7 +26,6 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # what `python -m specref` sets for specref
 
 import argparse  # noqa: E402
-import ast  # noqa: E402
 import json  # noqa: E402
 import pathlib  # noqa: E402
 import time  # noqa: E402
@@ -40,29 +39,14 @@ from specref.apps.humaneval import load_problems  # noqa: E402
 from specref.smollm2.model import load_smollm2  # noqa: E402
 from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import gguf_path  # noqa: E402
+from tools.lookup_replay import NEW_TOKENS, workloads  # noqa: E402
 
-NEW_TOKENS = 128
 KS = (2, 4, 8, 10)
 HF_DEFAULT_K = 10
 HF_SIDES = {"hf": {}, "hf-n8": {"max_matching_ngram_size": 8}}          # side -> generate() arguments
 SPECREF_SIDES = {"specref": ("prompt-lookup", None), "specref-adaptive-n3": ("prompt-lookup-adaptive", 3),
                  "specref-adaptive": ("prompt-lookup-adaptive", None)}  # side -> (draft, lookup_n)
 SIDES = tuple(HF_SIDES) + tuple(SPECREF_SIDES)
-
-
-def workloads(tokenizer, problems) -> dict:
-    """name -> prompt token ids."""
-    p0, p5 = problems[0], problems[5]
-    fn = ast.parse(p0.prompt).body[-1]
-    untyped = f"def {fn.name}({', '.join(a.arg for a in fn.args.args)}):\n" + p0.canonical_solution
-    chat = lambda text: tokenizer.chat([{"role": "user", "content": text}])  # noqa: E731
-    return {
-        "type hints + docstring (HumanEval/0)": chat("Add type hints and a docstring to this Python function "
-                                                     "and return it:\n\n" + untyped),
-        "rename idx to i (HumanEval/0)": chat("Rename the variable idx to i in this Python function and "
-                                              "return it:\n\n" + p0.prompt + p0.canonical_solution),
-        "raw prompt (HumanEval/5)": tokenizer.encode(p5.prompt),
-    }
 
 
 def hf_generate(model, ids, eos, k=None, **lookup):

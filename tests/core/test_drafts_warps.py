@@ -76,6 +76,45 @@ def test_the_adaptive_draft_matches_longer_by_default_and_copies_from_the_right_
     assert long.draft_length(x, 20) == len(x) - 4
 
 
+class _Script(drafts._RowModel):
+    """A greedy target that writes a fixed text: after i tokens its argmax is text[i] (one-hot)."""
+
+    def __init__(self, text, V):
+        self.text, self.V = list(text), V
+
+    def row(self, tokens):
+        out = np.zeros(self.V)
+        out[self.text[len(tokens)]] = 1.0
+        return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=2, max_size=6), st.integers(1, 5), st.integers(1, 40),
+       st.integers(1, 6), st.booleans(), st.integers(2, 8))
+def test_lookup_replay_counts_the_calls_of_the_real_sampling_loop(motif, turns, extra, K, adaptive, n):
+    # tools/lookup_replay.py counts greedy prompt lookup's target calls from the target's greedy text alone;
+    # here it must agree with Chen Algorithm 2 run for real, call for call, on a text that loops with edits
+    from specref.sampling import speculative_sampling
+    from tools.lookup_replay import replay
+
+    V = 6
+    rng = np.random.default_rng(len(motif) * 100 + turns)
+    text = []
+    for _ in range(turns):                       # the motif repeated, one token changed at random per turn
+        turn = list(motif)
+        turn[rng.integers(len(turn))] = int(rng.integers(V))
+        text += turn
+    text += list(rng.integers(V, size=extra % 7))
+    prompt, continuation = text[:2], text[2:] + [5] * (extra - extra % 7)
+    draft = drafts.PromptLookupDraft(V, n=n, adaptive=adaptive)
+    steps = []
+    out = speculative_sampling(np.array(prompt), draft, _Script(prompt + continuation + [0] * (K + 1), V),
+                               len(continuation), K, np.random.default_rng(0),
+                               on_step=lambda s: steps.append(s.n_drafted) and False)
+    assert out[len(prompt):].tolist() == continuation
+    assert replay(draft, prompt, continuation, K) == (len(steps), sum(steps))
+
+
 @pytest.mark.parametrize("model", [drafts.UniformDraft(4), drafts.PromptLookupDraft(4),
                                    drafts.NGramDraft.fit([[0, 1, 2, 3]], 4, n=2)])
 def test_drafts_reject_bad_tokens(model):
