@@ -16,7 +16,7 @@ function and HumanEval/5's raw prompt) and the raw prompts of HumanEval's first 
 each continued greedily for 128 tokens or to the end-of-sequence token.  The continuations are
 cached (in the specref cache, one JSON file, rewritten atomically after each prompt), so an
 interrupted run resumes where it stopped.  Settings replayed: the plain draft matching up to 3
-tokens, and the adaptive draft matching up to 3 and up to 8, at K = 2, 4, 8, 10.
+tokens, and the adaptive draft matching up to each --adaptive-n (default 3 and 8), at K = 2, 4, 8, 10.
 """
 
 import argparse
@@ -36,7 +36,7 @@ from specref.protocol import draft_length  # noqa: E402
 
 NEW_TOKENS = 128
 KS = (2, 4, 8, 10)
-SETTINGS = {"plain, n = 3": (False, 3), "adaptive, n = 3": (True, 3), "adaptive, n = 8": (True, 8)}
+ADAPTIVE_NS = (3, 8)   # the adaptive draft's longest matches replayed by default (the plain draft: 3)
 
 
 def replay(draft: PromptLookupDraft, prompt, continuation, K: int) -> tuple[int, int]:
@@ -120,10 +120,16 @@ def continuations(spec, prompts: dict, cache: pathlib.Path) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--problems", type=int, default=20, help="HumanEval problems from the first (default 20)")
+    parser.add_argument("--adaptive-n", type=int, nargs="+", default=list(ADAPTIVE_NS),
+                        help="longest matches of the adaptive draft to replay (default 3 8)")
     parser.add_argument("--json", type=pathlib.Path, default=None, help="write the counts to this JSON file")
     args = parser.parse_args(argv)
     if not 0 <= args.problems <= 164:
         parser.error(f"--problems must be between 0 and 164 (HumanEval has 164), not {args.problems}")
+    if min(args.adaptive_n) < PromptLookupDraft.MIN_MATCH:
+        parser.error(f"--adaptive-n values must be >= {PromptLookupDraft.MIN_MATCH} (the adaptive draft's shortest match), "
+                     f"not {min(args.adaptive_n)}")
+    settings = {"plain, n = 3": (False, 3), **{f"adaptive, n = {n}": (True, n) for n in args.adaptive_n}}
     from specref.apps.humaneval import load_problems
     from specref.smollm2.fetch import cache_root
     from specref.smollm2.model import load_smollm2
@@ -142,7 +148,7 @@ def main(argv=None) -> int:
     print(f"\n{'workload':<42} {'setting':<16} {'K':>3} {'calls':>6} {'tok/call':>8} {'drafted':>8}")
     for group, names in groups.items():
         tokens = sum(len(conts[n]) for n in names)
-        for setting, (adaptive, n) in SETTINGS.items():
+        for setting, (adaptive, n) in settings.items():
             draft = PromptLookupDraft(V, n=n, adaptive=adaptive)
             for K in KS:
                 counts = [replay(draft, prompts[name], conts[name], K) for name in names]
