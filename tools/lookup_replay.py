@@ -103,18 +103,15 @@ def continuations(spec, prompts: dict, cache: pathlib.Path) -> dict:
         except json.JSONDecodeError as e:
             raise SystemExit(f"{cache} is not valid JSON ({e}); remove it to regenerate the continuations")
     eos = spec.tokenizer.eos_id
-    out = {}
     for i, (name, ids) in enumerate(prompts.items()):
         key = json.dumps([ids, NEW_TOKENS])
         if name in done and done[name]["key"] == key:
-            out[name] = done[name]["tokens"]
             continue
         print(f"  [{i + 1}/{len(prompts)}] greedy continuation of {name} ...", flush=True)
         r = demo.generate(spec, ids, "ArS", "-", 0, 0.0, None, NEW_TOKENS, 0, eos)
-        out[name] = done.setdefault(name, {})["tokens"] = list(map(int, r.tokens))
-        done[name]["key"] = key
+        done[name] = {"key": key, "tokens": list(map(int, r.tokens))}
         _write_atomically(cache, done)
-    return out
+    return {name: done[name]["tokens"] for name in prompts}
 
 
 def main(argv=None) -> int:
@@ -129,7 +126,8 @@ def main(argv=None) -> int:
     if min(args.adaptive_n) < PromptLookupDraft.MIN_MATCH:
         parser.error(f"--adaptive-n values must be >= {PromptLookupDraft.MIN_MATCH} (the adaptive draft's shortest match), "
                      f"not {min(args.adaptive_n)}")
-    settings = {"plain, n = 3": (False, 3), **{f"adaptive, n = {n}": (True, n) for n in args.adaptive_n}}
+    plain_n = PromptLookupDraft.PLAIN_N
+    settings = {f"plain, n = {plain_n}": (False, plain_n), **{f"adaptive, n = {n}": (True, n) for n in args.adaptive_n}}
     from specref.apps.humaneval import load_problems
     from specref.smollm2.fetch import cache_root
     from specref.smollm2.model import load_smollm2
