@@ -22,6 +22,7 @@ import numpy as np
 from scipy import stats as sps
 
 from specref import mrs
+from specref.files import write_text
 from specref.proof import broken, conform, lossy
 
 
@@ -92,8 +93,7 @@ def main() -> None:
     result["seconds"] = time.time() - start
     print(f"\n{result['seconds']:.0f} s")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_text(args.json, json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from unittest import mock
 
 import numpy as np
 
+from specref.files import write_text
 from specref.proof import conform
 
 try:  # present only inside the tool's virtual environment
@@ -137,8 +138,8 @@ def inside(args) -> int:
                           progress=lambda c: print(c.line(), flush=True), scale=0.25)  # a quarter of the samples
     print(lossy.text().splitlines()[-1] + (f"\ndiagnosis: {lossy.diagnosis}" if lossy.diagnosis else ""))
     if args.json:
-        Path(args.json).write_text(json.dumps({"versions": versions, "report": report.to_json(), "probes": probes,
-                                               "ensemble_w_0.5": lossy.to_json()}, indent=1) + "\n")
+        write_text(args.json, json.dumps({"versions": versions, "report": report.to_json(), "probes": probes,
+                                         "ensemble_w_0.5": lossy.to_json()}, indent=1) + "\n")
     return 0 if report.passed else 1
 
 

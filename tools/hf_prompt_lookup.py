@@ -36,6 +36,7 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 
 from specref.apps import demo  # noqa: E402
 from specref.apps.humaneval import load_problems  # noqa: E402
+from specref.files import write_text  # noqa: E402
 from specref.smollm2.model import load_smollm2  # noqa: E402
 from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import gguf_path  # noqa: E402
@@ -150,7 +151,7 @@ def main() -> int:
         for side in SIDES:
             r[side.replace("-", "_") + "_best"] = best[side][1]["speedup"]
     if args.json:
-        args.json.write_text(json.dumps({"machine": key, "torch": torch.__version__,
+        write_text(args.json, json.dumps({"machine": key, "torch": torch.__version__,
                                          "torch_threads": torch.get_num_threads(), "rows": rows}, indent=1))
         print(f"wrote {args.json}")
     return 0

@@ -25,13 +25,13 @@ import json
 import os
 import pathlib
 import sys
-import tempfile
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command line sets it
 
 import numpy as np  # noqa: E402
 
 from specref.drafts import PromptLookupDraft  # noqa: E402
+from specref.files import write_text  # noqa: E402
 from specref.protocol import draft_length  # noqa: E402
 
 NEW_TOKENS = 128
@@ -80,18 +80,6 @@ def workloads(tokenizer, problems) -> dict:
     }
 
 
-def _write_atomically(path: pathlib.Path, data) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def continuations(spec, prompts: dict, cache: pathlib.Path) -> dict:
     """name -> the target's greedy continuation of that prompt (cached, resumable)."""
     from specref.apps import demo
@@ -110,7 +98,7 @@ def continuations(spec, prompts: dict, cache: pathlib.Path) -> dict:
         print(f"  [{i + 1}/{len(prompts)}] greedy continuation of {name} ...", flush=True)
         r = demo.generate(spec, ids, "ArS", "-", 0, 0.0, None, NEW_TOKENS, 0, eos)
         done[name] = {"key": key, "tokens": list(map(int, r.tokens))}
-        _write_atomically(cache, done)
+        write_text(cache, json.dumps(done))
     return {name: done[name]["tokens"] for name in prompts}
 
 
@@ -156,7 +144,7 @@ def main(argv=None) -> int:
                                 "tokens_per_call": tokens / calls})
                 print(f"{group:<42} {setting:<16} {K:>3} {calls:>6} {tokens / calls:>8.2f} {drafted:>8}")
     if args.json:
-        _write_atomically(args.json, {"new_tokens": NEW_TOKENS, "rows": results})
+        write_text(args.json, json.dumps({"new_tokens": NEW_TOKENS, "rows": results}))
     return 0
 
 

@@ -33,6 +33,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command li
 
 import numpy as np
 
+from specref.files import write_text
 from specref.smollm2.plan import Team, panel_product, split_product
 from specref.smollm2.weights import PANEL, gguf_path, load_weights, to_panels
 
@@ -133,8 +134,8 @@ def main(argv=None) -> None:
         base = ms[n]["1 thread"]
         print(f"{n:>4}  " + "  ".join(f"{f'{v:.1f} ({v / base:.2f})':>24}" for v in ms[n].values()))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"ms": {str(n): v for n, v in ms.items()}, "rounds": args.rounds, "ahead_mb": AHEAD_MB}, f, indent=1)
+        write_text(args.json, json.dumps({"ms": {str(n): v for n, v in ms.items()}, "rounds": args.rounds,
+                                          "ahead_mb": AHEAD_MB}, indent=1))
 
 
 if __name__ == "__main__":

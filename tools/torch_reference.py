@@ -28,6 +28,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from specref.files import write_text  # noqa: E402
 from specref.smollm2.model import load_smollm2  # noqa: E402
 from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import from_panels  # noqa: E402
@@ -150,7 +151,7 @@ def main() -> int:
         rows["score_ratio"][K] = {"specref": s, "torch": t}
         print(f"{f'score {K + 1} tokens / decode (K={K})':<34} {s:>9.2f} {t:>9.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"machine": key, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
+        write_text(args.json, json.dumps({"machine": key, "torch": torch.__version__, "torch_threads": torch.get_num_threads(),
                                          "python": platform.python_version(), "logit_gap": gap,
                                          "repeats": args.repeats, **rows}, indent=1))
         print(f"wrote {args.json}")

@@ -20,6 +20,7 @@ import resource
 
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, measure_costs
+from specref.files import write_text
 from specref.smollm2.model import load_smollm2
 
 def format_table(costs: dict) -> str:
@@ -83,7 +84,7 @@ def format_workload_checks(costs: dict) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options, each checked as it is read (`specref.apps.options`), before the model loads."""
     parser.add_argument("--json", metavar="PATH", type=options.output_file(), default=None,
-                        help="write the measurements to this JSON file (its directory must exist)")
+                        help="write the measurements to this JSON file")
     parser.add_argument("--repeats", type=options.integer(1), default=9,
                         help="timed repeats per quantity, >= 1 (median taken; default 9)")
     parser.add_argument("--cache-dir", type=options.directory, default=None,
@@ -124,7 +125,6 @@ def run(args) -> int:
     print(demo.table(results))
     print(format_workload_checks(costs))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(costs, f, indent=2)
+        write_text(args.json, json.dumps(costs, indent=2))
         print(f"wrote {args.json}")
     return 0

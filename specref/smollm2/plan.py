@@ -52,6 +52,7 @@ from typing import Callable
 
 import numpy as np
 
+from specref.files import write_text
 from specref.smollm2.weights import PANEL, Weights, from_panels, to_panels
 
 ROWS = 18                  # most rows per small-GEMM call (see the note above `panel_product`)
@@ -755,9 +756,6 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
     progress("measuring how to multiply by the weights fastest on this machine (once; cached) ...")
     plan = measure(weights, progress=progress, glu=glu)
     plan.why += f", {datetime.date.today().isoformat()}"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(plan.to_json(), indent=1))
-    os.replace(tmp, path)                                      # never a half-written plan
+    write_text(path, json.dumps(plan.to_json(), indent=1))    # never a half-written plan
     progress(f"plan cached in {path}")
     return plan

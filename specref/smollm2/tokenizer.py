@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
-import numpy as np
 
 from specref.protocol import check_tokens
 

@@ -11,7 +11,6 @@ broken.BROKEN_BLOCK and the LOSSY typical acceptance of specref.proof.lossy.
 """
 
 import inspect
-from collections import Counter
 from fractions import Fraction
 
 import numpy as np

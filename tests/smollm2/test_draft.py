@@ -7,7 +7,6 @@ target's law by chi-square at stats.LEVEL (1e-3, fixed seeds) with broken verifi
 same test; training on a small configuration lowers the held-out total variation.
 """
 
-import pathlib
 import numpy as np
 import pytest
 
