@@ -144,37 +144,58 @@ def pad_rows(x, m: int):  # [n, d] -> [max(n, m), d]
     return x if m <= n else np.concatenate([x, np.zeros((m - n, x.shape[1]), x.dtype)])
 
 
-def panel_product(x, w, pad: int | None = None):  # [n, d_in], [P, d_in, c] -> [n, P * c]
+def panel_rows(n: int, pad: int | None = None) -> int:
+    """Rows `panel_product` writes for n rows: its last call's rows padded as it pads them (the rows after n are scratch)."""
+    last = (n - 1) // ROWS * ROWS                              # the first row of the last call
+    m = n - last
+    return last + max(m, min(pad, ROWS) if pad else default_pad(m))
+
+
+def written_rows(method: str, n: int, pad: int | None = None) -> int:
+    """Rows a product of `method` writes for n rows with padding `pad`: the `out` it needs."""
+    return panel_rows(n, pad) if method == "panels" else max(n, pad or 0) if method == "gemm" else n
+
+
+def panel_product(x, w, pad: int | None = None, out=None):  # [n, d_in], [P, d_in, c] -> [n, P * c]
     """x @ W for W stored as P panels of c columns: one small GEMM per panel, ROWS rows per call.
 
     Each call's m rows are padded with zero rows to `pad` rows (if more), or by `default_pad`.
+    np.matmul writes each panel's [m, c] block of the result in place (BLAS takes a row stride),
+    so no [P, m, c] product is made and then transposed.  out: None (a new result, returned), or
+    the result to fill, split into panels: [panel_rows(n, pad), P, c], which may be a block of a
+    wider result's panels (`split_product`); the rows after n are scratch.
     """
     n = x.shape[0]
     P, _, c = w.shape
-    out = np.empty((n, P * c), np.float32)
+    rows = panel_rows(n, pad)
+    result = None
+    if out is None:
+        result = np.empty((rows, P * c), np.float32)
+        out = result.reshape(rows, P, c)                       # a view: result is contiguous
+    elif out.shape != (rows, P, c):
+        raise ValueError(f"out has shape {out.shape}; {n} rows padded as {pad} need {(rows, P, c)}")
     for a in range(0, n, ROWS):
-        rows = x[a:a + ROWS]                                   # [m, d_in], m <= ROWS
-        m = rows.shape[0]
-        padded = min(pad, ROWS) if pad else default_pad(m)    # cheap row counts, measured
-        y = np.matmul(pad_rows(rows, padded), w)              # [P, max(m, padded), c]
-        out[a:a + m] = y[:, :m].transpose(1, 0, 2).reshape(m, P * c)
-    return out
+        m = min(ROWS, n - a)
+        padded = max(m, min(pad, ROWS) if pad else default_pad(m))   # cheap row counts, measured
+        np.matmul(pad_rows(x[a:a + m], padded), w, out=out[a:a + padded].transpose(1, 0, 2))
+    return out if result is None else result[:n]
 
 
-def gemm_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+def gemm_product(x, w, pad=None, out=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
     """x @ W on the plain layout: BLAS's GEMV for one row, its GEMM for more, rows padded with zeros to `pad` (if more).
 
     A BLAS GEMM kernel works on blocks of rows, so a row count that leaves a ragged block can cost
     more than a larger one: on an AMD EPYC without AVX-512 (Zen 3), a pass over the weights with 7
     rows took 1.40x, 5 rows 1.10x and 9 rows 1.12x the time with 8, 8 and 12 rows.  `choose` pads
-    only where the plan measured that it pays.
+    only where the plan measured that it pays.  out: None, or the result to fill, [max(n, pad), d_out]
+    (may be a block of a wider result's columns).
     """
-    return np.matmul(pad_rows(x, pad or 0), w)[:x.shape[0]]
+    return np.matmul(pad_rows(x, pad or 0), w, out=out)[:x.shape[0]]
 
 
-def rows_product(x, w, pad=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
-    """x @ W as one GEMV per row."""
-    out = np.empty((x.shape[0], w.shape[1]), np.float32)
+def rows_product(x, w, pad=None, out=None):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+    """x @ W as one GEMV per row (into out, [n, d_out], if given)."""
+    out = np.empty((x.shape[0], w.shape[1]), np.float32) if out is None else out
     for i, row in enumerate(x):
         np.matmul(row, w, out=out[i])
     return out
@@ -258,21 +279,27 @@ def shape_of(w) -> tuple:
 
 
 def split_product(x, w, method: str, team: Team, pad=None):  # [n, d_in], matrix in method's layout -> [n, d_out]
-    """x @ W with the output columns cut into one chunk per thread of the team (caller included)."""
+    """x @ W with the output columns cut into one chunk per thread of the team (caller included);
+    each thread writes its columns of the result in place."""
     product = PRODUCTS[method]
     chunks = column_chunks(w, method, team.workers + 1)
-    scale = w.shape[2] if method == "panels" else 1            # output columns per unit
-    out = np.empty((x.shape[0], shape_of(w)[1]), np.float32)
+    n = x.shape[0]
     if method in PADS and pad:                                 # pad once here, not once per chunk
         x = pad_rows(x, min(pad, ROWS))
+    rows = written_rows(method, x.shape[0], pad)
+    out = np.empty((rows, shape_of(w)[1]), np.float32)
+    if method == "panels":
+        panels = out.reshape(rows, w.shape[0], w.shape[2])     # [rows, P, c], a view
 
     def task(k):
         a, b = chunks[k]
-        part = w[a:b] if method == "panels" else w[:, a:b]
-        out[:, a * scale:b * scale] = product(x, part, pad)[:out.shape[0]]
+        if method == "panels":
+            product(x, w[a:b], pad, out=panels[:, a:b])
+        else:
+            product(x, w[:, a:b], pad, out=out[:, a:b])
 
     team.run(len(chunks), task)
-    return out
+    return out[:n]
 
 
 def ffn_product(x, w_gate_up, w_down, glu: Callable, method: str, team: Team, pad=None):  # [n, d], gate|up, down -> [n, d]

@@ -48,6 +48,33 @@ def test_every_method_and_split_computes_x_times_w(method, threads, n, team):
         np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("method", ["panels", "gemm", "rows"])
+@pytest.mark.parametrize("n,pad", [(1, None), (1, 2), (3, 6), (5, None), (9, 10), (19, None), (40, 12)])
+def test_a_product_fills_a_block_of_a_wider_result_in_place_and_nothing_else(method, n, pad):
+    """The `out` a split hands each thread: a block of columns of the whole result (for panels, a
+    block of its panels), rows padded as the method pads them; the columns around it stay as they were."""
+    rng = np.random.default_rng(n)
+    w = rng.standard_normal((96, 8 * PANEL), dtype=np.float32)
+    x = rng.standard_normal((n, 96), dtype=np.float32)
+    pad = pad if method in P.PADS else None
+    rows = P.written_rows(method, n, pad)
+    whole = np.full((rows, 12 * PANEL), 7.0, np.float32)        # the block is columns 2..10 panels wide
+    block = whole[:, 2 * PANEL:10 * PANEL]
+    if method == "panels":
+        P.panel_product(x, to_panels(w, PANEL), pad, out=whole.reshape(rows, 12, PANEL)[:, 2:10])
+    else:
+        P.PRODUCTS[method](x, w, pad, out=block)
+    np.testing.assert_allclose(block[:n], x.astype(np.float64) @ w, rtol=1e-5, atol=1e-4)
+    assert (whole[:, :2 * PANEL] == 7).all() and (whole[:, 10 * PANEL:] == 7).all()
+
+
+def test_a_panel_product_refuses_an_out_of_the_wrong_shape():
+    w = to_panels(np.ones((96, 4 * PANEL), np.float32), PANEL)
+    x = np.ones((5, 96), np.float32)                                  # padded to 6 rows by default
+    with pytest.raises(ValueError, match=r"need \(6, 4, 32\)"):
+        P.panel_product(x, w, out=np.empty((5, 4, PANEL), np.float32))
+
+
 def test_a_split_that_loses_a_chunk_is_caught(team, monkeypatch):
     """Negative control for the test above: drop the last chunk of columns; the comparison must fail."""
     rng = np.random.default_rng(0)
