@@ -547,3 +547,21 @@ def test_the_gemm_cost_probe_times_every_row_count_both_ways(tmp_path, capsys):
         with pytest.raises(SystemExit):
             gemm_cost.main(bad)
         assert message in capsys.readouterr().err
+
+
+def test_the_ab_tool_extracts_a_base_version_that_imports_nothing_of_the_current_one(tmp_path):
+    # tools/ab_model.py times the model at two commits in one process; that holds only if the
+    # extracted base package (specref_base) uses its own modules throughout, never specref's.
+    import os
+    import subprocess
+    import sys
+    from tools import ab_model
+    ab_model.extract("HEAD", tmp_path)
+    assert (tmp_path / ab_model.BASE / "smollm2" / "model.py").is_file()
+    probe = ("import sys; import specref_base.smollm2.model, specref_base.apps.costs, specref_base.mrs; "
+             "leaked = sorted(m for m in sys.modules if m == 'specref' or m.startswith('specref.')); "
+             "assert not leaked, leaked")
+    subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, check=True,
+                   env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    with pytest.raises(SystemExit, match="give a commit of this repository"):
+        ab_model.extract("no-such-revision", tmp_path / "other")
