@@ -92,7 +92,9 @@ NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
 GREEDY = (0.0, None)
 NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
 PROMPT_LOOKUP_N = 3  # prompt lookup matches the last 3 tokens, backing off to 2 and 1; the adaptive draft
-                     # too here (its own default is 8), so that stored results stay comparable and reusable
+                     # too here (its own default is 8), so that stored results stay comparable and reusable;
+                     # --lookup-n changes it for the drafts that look up the context (LOOKUP_DRAFTS)
+LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # Fields every row of the --json report has (the README's results table is built from them).
@@ -265,13 +267,24 @@ def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
     return [Method(None, 0, *NUCLEUS)] + [Method(d, K, *NUCLEUS) for d in drafts for K in Ks]
 
 
+def lookup_n(args) -> int:
+    """The prompt lookup's longest match for this run (--lookup-n; PROMPT_LOOKUP_N if not set)."""
+    return getattr(args, "lookup_n", None) or PROMPT_LOOKUP_N
+
+
 def settings_key(kind: str, method: Method, args, model_name: str) -> str:
-    """What must match for a stored result to be reused: everything that changes the sample."""
+    """What must match for a stored result to be reused: everything that changes the sample.
+
+    The lookup's longest match changes only the drafts that look up the context; every other
+    method is stored under PROMPT_LOOKUP_N whatever --lookup-n says, so that its results (ArS's
+    above all) are shared by runs that differ only in --lookup-n.
+    """
+    n = lookup_n(args) if method.draft in LOOKUP_DRAFTS else PROMPT_LOOKUP_N
     settings = {"kind": kind, "method": dataclasses.asdict(method), "verify": getattr(args, "verify", "token"),
                 "seed": args.seed,
                 "max_new_tokens": args.max_new_tokens, "model": model_name,
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
-                "prompt_lookup_n": PROMPT_LOOKUP_N, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT}
+                "prompt_lookup_n": n, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -497,7 +510,7 @@ class Benchmark:
             for m in todo:
                 if m.draft is not None and m.draft not in drafts:
                     drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
-                                              NGRAM_ORDER, PROMPT_LOOKUP_N, neural=lambda: shipped_draft(self.model))
+                                              NGRAM_ORDER, lookup_n(self.args), neural=lambda: shipped_draft(self.model))
                 verify = getattr(self.args, "verify", "token")
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
@@ -550,6 +563,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=128,
                         help=f"token budget per completion, 1 to {options.CONTEXT_LENGTH - 1} (default 128)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
+    parser.add_argument("--lookup-n", type=options.integer(1, 64), default=PROMPT_LOOKUP_N,
+                        help=f"the longest match of the prompt-lookup drafts ({', '.join(LOOKUP_DRAFTS)}), 1 to 64 "
+                             f"(default {PROMPT_LOOKUP_N}, which every stored result before this option used; "
+                             f"elsewhere the adaptive draft matches up to 8)")
     parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification); "
                              "stored results are kept apart per verifier")
@@ -590,6 +607,7 @@ def run(args, model=None) -> int:
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
           f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
     report: dict = {"settings": {"limit": args.limit, "K": args.K, "drafts": drafts, "seed": args.seed,
+                                 "lookup_n": lookup_n(args),
                                  "verify": getattr(args, "verify", "token"),
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
                                  "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),

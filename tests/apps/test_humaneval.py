@@ -2,6 +2,8 @@
 loop with stop sequences, resume, and a smoke run of the whole command on the real model."""
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import math
 
@@ -227,6 +229,40 @@ def test_verifiers_are_kept_apart_on_resume(tmp_path, code_model):
             assert r["expected_tokens_per_call_block"] >= 1 and r["expected_tokens_per_call_token"] >= 1
 
 
+def test_lookup_n_reaches_the_lookup_drafts_and_keeps_their_results_apart(tmp_path, code_model, monkeypatch):
+    out = tmp_path / "he.json"
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup-adaptive,uniform", "--json", str(out),
+            "--timeout", "5", "--no-bench-costs"]
+    asked = []
+    monkeypatch.setattr(he, "by_name", lambda name, *a, **k: asked.append((name, a[3])) or by_name(name, *a, **k))
+    assert he.run(parse(argv), model=code_model) == 0
+    assert set(asked) == {("prompt-lookup-adaptive", he.PROMPT_LOOKUP_N), ("uniform", he.PROMPT_LOOKUP_N)}
+    first = {json.loads(line)["key"] for line in (tmp_path / "he.jsonl").read_text().splitlines()}
+    assert len(first) == 6                                      # (ArS, adaptive, uniform) x (nucleus, greedy)
+
+    asked.clear()
+    assert he.run(parse(argv + ["--lookup-n", "8"]), model=code_model) == 0
+    assert asked == [("prompt-lookup-adaptive", 8)]              # only the lookup draft is made again, matching up to 8
+    records = [json.loads(line) for line in (tmp_path / "he.jsonl").read_text().splitlines()]
+    added = {r["key"] for r in records} - first
+    assert len(records) == 8 and len(added) == 2
+    assert all(r["method"].startswith("SpS") and "adaptive" in r["method"] for r in records if r["key"] in added)
+    report = json.loads(out.read_text())
+    assert report["settings"]["lookup_n"] == 8 and len(report["rows"]) == 6   # ArS and uniform taken from the first run
+
+
+def test_the_default_lookup_n_keeps_the_keys_of_results_stored_before_the_option():
+    args = parse(["--max-new-tokens", "96"])
+    method = he.Method("prompt-lookup-adaptive", 4, *he.NUCLEUS)
+    before = {"kind": "table", "method": dataclasses.asdict(method), "verify": "token", "seed": 0,
+              "max_new_tokens": 96, "model": "m", "problems_sha256": he.HUMANEVAL_SHA256,
+              "ngram_order": he.NGRAM_ORDER, "prompt_lookup_n": 3, "stops": he.STOP_SEQUENCES,
+              "body_indent": he.BODY_INDENT}                    # the settings every stored result was keyed by
+    expected = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    assert he.settings_key("table", method, args, "m") == expected
+    assert he.settings_key("table", method, parse(["--max-new-tokens", "96", "--lookup-n", "8"]), "m") != expected
+
+
 def test_k_sweep(tmp_path, code_model):
     out = tmp_path / "sweep.json"
     argv = ["--limit", "1", "--max-new-tokens", "16", "--drafts", "prompt-lookup", "--k-sweep", "1,3",
@@ -242,7 +278,7 @@ def test_k_sweep(tmp_path, code_model):
 
 def test_bad_options_are_rejected(code_model, capsys):
     for argv, name in [(["--drafts", "prompt-lookup,medusa"], "--drafts"), (["--K", "0"], "--K"),
-                       (["--k-sweep", "a,b"], "--k-sweep")]:
+                       (["--k-sweep", "a,b"], "--k-sweep"), (["--lookup-n", "0"], "--lookup-n")]:
         with pytest.raises(SystemExit) as exit_info:
             he.run(parse(argv), model=code_model)
         assert exit_info.value.code == 2 and name in capsys.readouterr().err
