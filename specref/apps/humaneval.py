@@ -18,7 +18,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 - alpha: accepted / examined draft tokens (`Trace.alpha_hat`, Leviathan's alpha).
 - verify: the SpS verifier, `--verify token` (`specref.mrs.verify`, the default) or `block`
   (`specref.mrs.verify_block`, block verification); it is part of the stored-results key, so
-  runs with different verifiers never mix on resume.  expected_tokens_per_call_token and
+  runs with different verifiers never mix on resume (as is --lookup-n, the prompt-lookup drafts'
+  longest match, for those drafts only).  expected_tokens_per_call_token and
   _block: both verifiers' expected tokens per target call, computed exactly for each call's
   drafts and rows (`specref.proof.stats.ExpectedTokens`, not timed) and averaged over the
   calls, beside the measured tokens_per_target_call of the verifier that ran.
