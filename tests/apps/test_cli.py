@@ -50,6 +50,7 @@ BAD = {
                      ["--drafts", "ngram,ngram"]],
         "--max-new-tokens": [["--max-new-tokens", "0"]],
         "--seed": [["--seed", "-1"]],
+        "--lookup-n": [["--lookup-n", "0"], ["--lookup-n", "65"], ["--lookup-n", "3.5"]],
         "--verify": [["--verify", "tokens"], ["--verify", ""]],
         "--json": [["--json", "{dir}"], ["--json", "{dir}/out.jsonl"], ["--json", "{file}/out.json"]],
         "--k-sweep": [["--k-sweep", "a,b"], ["--k-sweep", "0,2"], ["--k-sweep", ""], ["--k-sweep", "2,2"],
