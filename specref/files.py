@@ -22,7 +22,8 @@ def replacing(path, mode: str = "w"):  # -> a file object open for writing
     The file is a temporary one in `path`'s directory (created if missing), so the final rename
     stays within one filesystem and is atomic.  When the block ends it is flushed, fsync'ed, given
     the mode an ordinary new file gets (mkstemp makes it private), renamed onto `path`, and the
-    directory is fsync'ed so that the rename survives a crash.  If the block raises (including
+    directory is fsync'ed so that the rename survives a crash (a filesystem that refuses the mode
+    leaves mkstemp's, and the file is written all the same).  If the block raises (including
     KeyboardInterrupt), the temporary file is removed, `path` is untouched, and the error goes on.
     mode: "w" for text in UTF-8, "wb" for bytes.
     """
@@ -36,7 +37,8 @@ def replacing(path, mode: str = "w"):  # -> a file object open for writing
             yield f
             f.flush()
             os.fsync(f.fileno())
-            os.fchmod(f.fileno(), 0o666 & ~umask())
+            with contextlib.suppress(OSError):         # best effort: some filesystems keep their own modes
+                os.fchmod(f.fileno(), 0o666 & ~umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

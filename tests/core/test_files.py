@@ -61,6 +61,15 @@ def test_a_failed_rename_removes_the_temporary_and_raises(tmp_path, monkeypatch)
     assert names(tmp_path) == ["draft.npz"] and path.read_bytes() == b"old"
 
 
+def test_a_filesystem_that_refuses_the_mode_still_gets_the_file(tmp_path, monkeypatch):
+    def refuse(fd, mode):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(files.os, "fchmod", refuse)
+    files.write_text(tmp_path / "report.json", "whole")
+    assert (tmp_path / "report.json").read_text() == "whole" and names(tmp_path) == ["report.json"]
+
+
 @pytest.mark.parametrize("mode", ["a", "r+", "x", "w+", "r"])
 def test_modes_other_than_writing_from_the_start_are_refused(tmp_path, mode):
     with pytest.raises(ValueError, match="text or bytes, written from the start"):
