@@ -155,8 +155,6 @@ def check_params(params: dict, kept: np.ndarray, V: int, d: int = D_MODEL) -> No
 
 def save_draft(path, weights: DraftWeights) -> str:
     """Write the draft whole or not at all (`specref.files.replacing`); return its SHA-256."""
-    path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = dict(weights.meta, format=FORMAT, version=VERSION,
                 params_sha256=params_digest(weights.params, weights.kept))
     with replacing(path, "wb") as f:
