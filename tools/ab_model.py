@@ -72,7 +72,11 @@ def main(argv=None) -> int:
             plan = base_plan.Plan.from_json(current.plan.to_json())
         except Exception as e:                                 # the base's own PlanError, or a format it cannot read
             raise SystemExit(f"the base {args.base} cannot read this plan ({e}); compare commits with the same plan format")
-        models = {"base": base_model.SmolLM2(current.weights, current.tokenizer, plan), "current": current}
+        try:
+            models = {"base": base_model.SmolLM2(current.weights, current.tokenizer, plan), "current": current}
+        except Exception as e:                                 # an older SmolLM2 with another interface
+            raise SystemExit(f"the base {args.base}'s SmolLM2 cannot be built on this weights and plan ({e!r}); "
+                             f"compare commits whose model takes (weights, tokenizer, plan)")
         print(f"CPU {cpu_label(machine_key(current.weights))}; base {args.base}; "
               f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; {args.rounds} rounds")
         prefix = list(range(1000, 1000 + PREFIX))
