@@ -62,12 +62,15 @@ def main(argv=None) -> int:
         ap.error(f"--rounds must be at least 1, not {args.rounds}")
     if 1 not in args.rows or any(r < 1 for r in args.rows):
         ap.error(f"--rows must be positive and include 1 (the decode step the ratios divide by), not {args.rows}")
-    current = load_smollm2(progress=lambda s: None)
     with tempfile.TemporaryDirectory() as tmp:
         extract(args.base, pathlib.Path(tmp))
         sys.path.insert(0, tmp)
-        base_model = importlib.import_module(f"{BASE}.smollm2.model")
-        base_plan = importlib.import_module(f"{BASE}.smollm2.plan")
+        try:
+            base_model = importlib.import_module(f"{BASE}.smollm2.model")
+            base_plan = importlib.import_module(f"{BASE}.smollm2.plan")
+        except Exception as e:                                 # a commit from before the model or the planner
+            raise SystemExit(f"the base {args.base} has no model with a plan to compare ({e!r})")
+        current = load_smollm2(progress=lambda s: None)
         try:
             plan = base_plan.Plan.from_json(current.plan.to_json())
         except Exception as e:                                 # the base's own PlanError, or a format it cannot read
