@@ -20,6 +20,7 @@ from specref.protocol import check_tokens
 # "neural" is the trained draft model of specref.smollm2.draft: it needs the target, so callers
 # that offer it pass a factory (the core knows nothing about a particular model).
 DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "ngram", "uniform", "neural", "neural+lookup")
+LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")  # the drafts that take lookup_n
 
 
 def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,

@@ -30,9 +30,13 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command li
 
 import numpy as np  # noqa: E402
 
+from specref.apps import demo  # noqa: E402
+from specref.apps.humaneval import load_problems  # noqa: E402
 from specref.drafts import PromptLookupDraft  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.protocol import draft_length  # noqa: E402
+from specref.smollm2.fetch import cache_root  # noqa: E402
+from specref.smollm2.model import load_smollm2  # noqa: E402
 
 NEW_TOKENS = 128
 KS = (2, 4, 8, 10)
@@ -82,8 +86,6 @@ def workloads(tokenizer, problems) -> dict:
 
 def continuations(spec, prompts: dict, cache: pathlib.Path) -> dict:
     """name -> the target's greedy continuation of that prompt (cached, resumable)."""
-    from specref.apps import demo
-
     done = {}
     if cache.exists():
         try:
@@ -116,10 +118,6 @@ def main(argv=None) -> int:
                      f"not {min(args.adaptive_n)}")
     plain_n = PromptLookupDraft.PLAIN_N
     settings = {f"plain, n = {plain_n}": (False, plain_n), **{f"adaptive, n = {n}": (True, n) for n in args.adaptive_n}}
-    from specref.apps.humaneval import load_problems
-    from specref.smollm2.fetch import cache_root
-    from specref.smollm2.model import load_smollm2
-
     spec = load_smollm2()
     problems = load_problems()
     chats = workloads(spec.tokenizer, problems)

@@ -70,7 +70,7 @@ from specref.smollm2 import load_smollm2
 from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
-from specref.drafts import DRAFTS, by_name
+from specref.drafts import DRAFTS, LOOKUP_DRAFTS, by_name
 from specref.files import write_text
 from specref.smollm2.draft import shipped_draft
 from specref.smollm2.fetch import fetch_pypi_member
@@ -95,7 +95,6 @@ NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unig
 PROMPT_LOOKUP_N = 3  # prompt lookup matches the last 3 tokens, backing off to 2 and 1; the adaptive draft
                      # too here (its own default is 8), so that stored results stay comparable and reusable;
                      # --lookup-n changes it for the drafts that look up the context (LOOKUP_DRAFTS)
-LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")
 Z95 = 1.959963984540054  # two-sided 95% normal quantile
 
 # Fields every row of the --json report has (the README's results table is built from them).

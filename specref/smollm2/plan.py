@@ -144,11 +144,16 @@ def pad_rows(x, m: int):  # [n, d] -> [max(n, m), d]
     return x if m <= n else np.concatenate([x, np.zeros((m - n, x.shape[1]), x.dtype)])
 
 
+def call_rows(m: int, pad: int | None = None) -> int:
+    """Rows one small-GEMM call of `panel_product` computes for m <= ROWS rows: m padded to `pad`
+    (at most ROWS) if that is more, or by `default_pad`."""
+    return max(m, min(pad, ROWS) if pad else default_pad(m))
+
+
 def panel_rows(n: int, pad: int | None = None) -> int:
     """Rows `panel_product` writes for n rows: its last call's rows padded as it pads them (the rows after n are scratch)."""
     last = (n - 1) // ROWS * ROWS                              # the first row of the last call
-    m = n - last
-    return last + max(m, min(pad, ROWS) if pad else default_pad(m))
+    return last + call_rows(n - last, pad)
 
 
 def written_rows(method: str, n: int, pad: int | None = None) -> int:
@@ -176,7 +181,7 @@ def panel_product(x, w, pad: int | None = None, out=None):  # [n, d_in], [P, d_i
         raise ValueError(f"out has shape {out.shape}; {n} rows padded as {pad} need {(rows, P, c)}")
     for a in range(0, n, ROWS):
         m = min(ROWS, n - a)
-        padded = max(m, min(pad, ROWS) if pad else default_pad(m))   # cheap row counts, measured
+        padded = call_rows(m, pad)                             # cheap row counts, measured
         np.matmul(pad_rows(x[a:a + m], padded), w, out=out[a:a + padded].transpose(1, 0, 2))
     return out if result is None else result[:n]
 
