@@ -9,6 +9,9 @@ shows that a split which loses one chunk of columns is caught by the same compar
 
 import dataclasses
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -552,9 +555,6 @@ def test_the_gemm_cost_probe_times_every_row_count_both_ways(tmp_path, capsys):
 def test_the_ab_tool_extracts_a_base_version_that_imports_nothing_of_the_current_one(tmp_path):
     # tools/ab_model.py times the model at two commits in one process; that holds only if the
     # extracted base package (specref_base) uses its own modules throughout, never specref's.
-    import os
-    import subprocess
-    import sys
     from tools import ab_model
     ab_model.extract("HEAD", tmp_path)
     assert (tmp_path / ab_model.BASE / "smollm2" / "model.py").is_file()
