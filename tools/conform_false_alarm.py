@@ -6,9 +6,10 @@ False alarms: `conform.check` on mrs.verify (token) and mrs.verify_block (block)
 10000, 10001, ...: the fraction of runs that fail is the run's false-alarm rate (at most
 conform.FAMILY_LEVEL = 1e-3 by Bonferroni); since 1e-3 cannot be resolved with a few dozen runs,
 the p-values of every chi-square check are pooled and their uniformity is tested too (fraction
-below 0.05 and 0.01, Kolmogorov-Smirnov).  Power: every known bug (specref.proof.broken, the lossy
-verifiers, each algorithm checked as the other) with seeds 20000, ...: the fraction of runs that
-fail, and the fraction whose run-level diagnosis names the bug.  The exact tier is deterministic
+below 0.05 and 0.01, Kolmogorov-Smirnov).  Power: every known bug (conform.KNOWN_BUGS: the samplers
+of specref.proof.broken and the lossy verifiers, checked as each algorithm whose diagnosis knows
+them, and each exact verifier checked as the other algorithm) with seeds 20000, ...: the fraction
+of runs that fail, and the fraction whose run-level diagnosis names the bug.  The exact tier is deterministic
 (no seed reaches it), so it is left out of the false-alarm runs and kept in the power runs.
 """
 
@@ -23,24 +24,7 @@ from scipy import stats as sps
 
 from specref import mrs
 from specref.files import write_text
-from specref.proof import broken, conform, lossy
-
-
-def lenient(lenience):
-    def verify(x_draft, p, q, rng):
-        return mrs.verify_lenient(x_draft, p, q, rng, lenience)
-    return verify
-
-
-# name -> (sampler, algorithm it is checked as, the signature a diagnosis should name)
-KNOWN = {
-    **{name: (f, "token", name) for name, f in broken.BROKEN.items()},
-    **{name: (f, "block", name) for name, f in broken.BROKEN_BLOCK.items()},
-    "typical_acceptance": (lossy.verify_typical, "token", "typical_acceptance"),
-    "lenient_0.5": (lenient(0.5), "token", "lenient_0.5"),
-    "verify_block_as_token": (mrs.verify_block, "token", "block_verification"),
-    "verify_as_block": (mrs.verify, "block", "token_level"),
-}
+from specref.proof import conform
 
 
 def false_alarms(seeds) -> dict:
@@ -67,13 +51,13 @@ def false_alarms(seeds) -> dict:
 
 def power(seeds) -> dict:
     out = {}
-    for name, (f, algorithm, expected) in KNOWN.items():
+    for name, (f, algorithm, expected) in conform.KNOWN_BUGS.items():
         failed, named = 0, 0
         for seed in seeds:
             report = conform.check(f, algorithm=algorithm, seed=seed)
             failed += not report.passed
             named += report.diagnosis.startswith(expected + ":")
-            print(f"  {name} [{algorithm}] seed {seed}: {'pass' if report.passed else 'FAIL'} "
+            print(f"  {name} seed {seed}: {'pass' if report.passed else 'FAIL'} "
                   f"({len(report.failed)} checks) diagnosis: {report.diagnosis[:90]}", flush=True)
         out[name] = {"runs": len(seeds), "rejected": failed, "diagnosed": named}
     return out

@@ -255,10 +255,14 @@ class Signature:
 
 
 def _lenient(lenience: float) -> Signature:
+    def verify_lenient(x_draft, p, q, rng):  # mrs.verify_lenient at this lenience, with verify's signature
+        return mrs.verify_lenient(x_draft, p, q, rng, lenience)
+
+    verify_lenient.__name__ = f"verify_lenient_{lenience:g}"
     return Signature(f"lenient_{lenience:g}", f"lenient acceptance: accepts with min(1, q / (l p)), l about {lenience:g} "
                      "(Leviathan A.5; LOSSY)",
                      lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, q[x] / (lenience * p[x]))),
-                     lambda x, p, q, rng: mrs.verify_lenient(x, p, q, rng, lenience))
+                     verify_lenient)
 
 
 TOKEN_BUGS = [
@@ -300,6 +304,11 @@ BLOCK = Signature("block_verification", "block verification (mrs.verify_block): 
 BLOCK_BUGS = [Signature(name, v.__doc__, v.law, v) for name, v in broken.BROKEN_BLOCK.items()]
 # The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
 SIGNATURES = {"token": TOKEN_BUGS + LOSSY + [BLOCK], "block": BLOCK_BUGS + [TOKEN_LEVEL] + LOSSY}
+# The checker's power is measured on every law it can name, through that law's own sampler checked
+# as each algorithm whose diagnosis knows it ("name/algorithm" -> (sampler, algorithm, the name a
+# diagnosis should give)): tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
+KNOWN_BUGS = {f"{s.name}/{algorithm}": (s.sampler, algorithm, s.name)
+              for algorithm in ALGORITHMS for s in SIGNATURES[algorithm]}
 CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
 
 
