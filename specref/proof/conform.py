@@ -382,17 +382,9 @@ def accepted_count_case() -> Case:
     return Case("accepted_count", p, q, N_CALLS)
 
 
-# Whole sequences: the Markov-chain target and draft of tests/core/test_sampling.py.
-SEQ_V, SEQ_N = 3, 5
-SEQ_PROMPT = np.array([0, 1])
+# Whole sequences: the suite's Markov-chain target and draft (stats.markov_pair), K = 2 and 3.
+SEQ_V, SEQ_N, SEQ_PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
 SEQ_K = (2, 3)
-
-
-def markov_models():
-    """(target, draft): an order-2 and an order-1 Markov chain on 3 tokens, as in the suite."""
-    rng = np.random.default_rng(7)
-    target = stats.MarkovChain.random(SEQ_V, order=2, rng=rng, concentration=0.7)
-    return target, stats.MarkovChain.random(SEQ_V, order=1, rng=rng, concentration=0.7)
 
 
 # ---------------------------------------------------------------- the report
@@ -591,7 +583,7 @@ def _count_marginal(law_or_counts):
 
 def _sequence_check(verifier, K: int, level: float, rng, runs: int = N_SEQUENCES) -> Check:
     start = time.perf_counter()
-    target, draft = markov_models()
+    target, draft = stats.markov_pair()
     law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)
 
     def run(r):

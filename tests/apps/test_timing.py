@@ -6,11 +6,8 @@ from specref.apps.timing import timed_generation
 from specref.proof import stats
 from specref.warps import Warp
 
-V = 3
-PROMPT = np.array([0, 1])
-rng0 = np.random.default_rng(7)
-TARGET = stats.MarkovChain.random(V, order=2, rng=rng0, concentration=0.7)
-DRAFT = stats.MarkovChain.random(V, order=1, rng=rng0, concentration=0.7)
+PROMPT = stats.SEQ_PROMPT
+TARGET, DRAFT = stats.markov_pair()
 
 
 def test_timed_generation_counts_and_stops():

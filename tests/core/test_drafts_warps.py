@@ -197,9 +197,8 @@ def test_copy_or_model_keeps_the_target_law():
     """Whole sequences with the combined draft have the target's law (chi-square at stats.LEVEL, fixed seed)."""
     from specref import sampling
     from specref.proof import stats
-    rng0 = np.random.default_rng(7)
-    target = stats.MarkovChain.random(3, order=2, rng=rng0, concentration=0.7)
-    draft = drafts.CopyOrModel(stats.MarkovChain.random(3, order=1, rng=rng0, concentration=0.7), 3, n=2)
+    target, draft = stats.markov_pair()
+    draft = drafts.CopyOrModel(draft, 3, n=2)
     prompt = np.array([0, 1, 0])
     law = stats.sequence_law(target, prompt, 4)
     counts = stats.sample_sequences(lambda r: sampling.speculative_sampling(prompt, draft, target, 4, 2, r),

@@ -264,12 +264,9 @@ def test_verify_block_chi_square_rejects_misreadings(name):
     assert pvalue < stats.LEVEL
 
 
-# Whole sequences: SpS with verify_block on the Markov-chain target of tests/core/test_sampling.py.
-V, N = 3, 5
-PROMPT = np.array([0, 1])
-rng0 = np.random.default_rng(7)
-TARGET = stats.MarkovChain.random(V, order=2, rng=rng0, concentration=0.7)
-DRAFT = stats.MarkovChain.random(V, order=1, rng=rng0, concentration=0.7)
+# Whole sequences: SpS with verify_block on the suite's Markov-chain target (stats.markov_pair).
+V, N, PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
+TARGET, DRAFT = stats.markov_pair()
 LAW = stats.sequence_law(TARGET, PROMPT, N)
 RUNS = 6_000
 

@@ -13,11 +13,8 @@ from specref.proof import broken, stats
 from specref import drafts, mrs, sampling
 from specref.warps import Warp, Warped
 
-V, N = 3, 5
-PROMPT = np.array([0, 1])
-rng0 = np.random.default_rng(7)
-TARGET = stats.MarkovChain.random(V, order=2, rng=rng0, concentration=0.7)
-DRAFT = stats.MarkovChain.random(V, order=1, rng=rng0, concentration=0.7)
+V, N, PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
+TARGET, DRAFT = stats.markov_pair()
 LAW = stats.sequence_law(TARGET, PROMPT, N)
 RUNS = 6_000
 
