@@ -9,6 +9,9 @@ Medians over repeats, on the real model:
   rounds as the decode step and the scoring calls (`scoring_and_stream_ms`);
 - `score_ratio`: K -> (time to score K + 1 new tokens in one call) / (one decode step), K = 1..8;
   this is the `score_cost` of `specref.speedup.walltime_improvement_measured`;
+- `decode_over_stream_rounds`, `score_ratio_rounds` (K -> ...): the 25th and 75th percentiles of
+  the same ratios taken within each round (that round's decode step, its fastest floor pass): how
+  far the machine's noise moved them during the run;
 - `mrs_ms`: one `specref.mrs.verify` call at K = 4, V = 49152;
 - `block_ms`: one `specref.mrs.verify_block` call on the same inputs.
 Only ratios measured in the same run mean much: the machine may be shared.
@@ -82,6 +85,13 @@ def scoring_and_stream_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX, pass
     {name: median ms of each of `passes`}), all timed in every one of `repeats` rounds, in a
     shuffled order, so that load coming and going hits the decode step, the scoring calls and the
     floor alike and their ratios compare like with like."""
+    score, stream = timed_rounds(model, repeats, k_max, passes)
+    return ({n: 1e3 * float(np.median(v)) for n, v in score.items()},
+            {name: 1e3 * float(np.median(v)) for name, v in stream.items()})
+
+
+def timed_rounds(model: SmolLM2, repeats: int, k_max: int = K_MAX, passes: dict | None = None) -> tuple:
+    """`scoring_and_stream_ms`'s timings, round by round: ({n: [seconds in round r]}, {name: [seconds in round r]})."""
     V = model.config.vocab_size
     prefix = list(range(1000, 1000 + PREFIX))
     model.reset()
@@ -104,8 +114,12 @@ def scoring_and_stream_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX, pass
                 passes[what]()
             times[jobs[i]].append(time.perf_counter() - t)
     model.reset()
-    ms = {job: 1e3 * float(np.median(v)) for job, v in times.items()}
-    return ({n: ms[("score", n)] for n in range(1, k_max + 2)}, {name: ms[("pass", name)] for name in passes})
+    return ({n: times[("score", n)] for n in range(1, k_max + 2)}, {name: times[("pass", name)] for name in passes})
+
+
+def quartiles(values) -> list:
+    """[25th, 75th percentile] of values: the middle half of what the rounds measured."""
+    return [float(v) for v in np.percentile(np.asarray(values, dtype=float), [25, 75])]
 
 
 def _softmax_rows(rng: np.random.Generator, n: int, V: int) -> np.ndarray:  # -> [n, V] float64
@@ -129,8 +143,12 @@ def verify_ms(V: int, K: int = 4, repeats: int = 51, verifier=verify) -> float:
 
 def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
     """Decode step, weights-stream floor, scoring cost per K and verify cost, measured now on this machine."""
-    score, stream = scoring_and_stream_ms(model, repeats, passes=stream_passes(model))
+    rounds, stream_rounds = timed_rounds(model, repeats, passes=stream_passes(model))
+    score = {n: 1e3 * float(np.median(v)) for n, v in rounds.items()}
+    stream = {name: 1e3 * float(np.median(v)) for name, v in stream_rounds.items()}
     decode = score[1]
+    per_round_decode = np.array(rounds[1])
+    per_round_floor = np.min([v for v in stream_rounds.values()], axis=0)
     mrs_ms = verify_ms(model.config.vocab_size)
     block_ms = verify_ms(model.config.vocab_size, verifier=verify_block)
     floor = min(stream.values())
@@ -141,6 +159,10 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "decode_over_stream": decode / floor,
         "score_ms": {n - 1: ms for n, ms in score.items() if n > 1},      # K -> ms for K + 1 tokens
         "score_ratio": {n - 1: ms / decode for n, ms in score.items() if n > 1},
+        # the same ratios within each round (each round's own decode step and fastest pass): their
+        # middle half says how far the run's noise reaches, beside the ratios of medians above
+        "decode_over_stream_rounds": quartiles(per_round_decode / per_round_floor),
+        "score_ratio_rounds": {n - 1: quartiles(np.array(v) / per_round_decode) for n, v in rounds.items() if n > 1},
         "mrs_ms": mrs_ms,
         "mrs_fraction": mrs_ms / decode,
         "block_ms": block_ms,

@@ -3,8 +3,9 @@
 import types
 
 import numpy as np
+import pytest
 
-from specref.apps import costs
+from specref.apps import bench, costs
 from tests.smollm2.test_plan import tiny_weights
 
 
@@ -48,3 +49,45 @@ def test_stream_passes_read_every_matrix_on_one_and_on_every_core():
     for f in passes.values():
         f()
     assert set(costs.stream_passes(model, threads=1)) == {"gemv panels, 1 thread", "gemv plain, 1 thread", "read, 1 thread"}
+
+
+class Clock:
+    """A fake time.perf_counter: only what the model and the passes say they took."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def perf_counter(self):
+        return self.t
+
+
+def test_each_rounds_ratios_give_the_spread_beside_the_ratios_of_medians(monkeypatch):
+    """In odd rounds the decode step takes 2 ms instead of 1, scoring 3 tokens 6 decode steps instead
+    of 3 and the floor pass 0.5 ms instead of 1: each ratio is taken within its round, so the rounds'
+    middle half is exactly [3, 6] for 3 tokens and [1, 4] for decode / floor."""
+    clock = Clock()
+    monkeypatch.setattr(costs, "time", clock)
+    monkeypatch.setattr(costs, "verify_ms", lambda V, verifier=None: 0.1)
+    calls = {}
+
+    class Model(CountingModel):
+        plan = types.SimpleNamespace(to_json=lambda: {})
+
+        def next_probs(self, tokens, k=1):
+            calls[k] = calls.get(k, -2 if k == 1 else -1) + 1  # this call's round (-1: the call that caches the prefix)
+            odd = calls[k] % 2
+            clock.t += 1e-3 * (1 + odd) * (k if k != 3 else 3 * (1 + odd))
+            return super().next_probs(tokens, k)
+
+    def floor_pass():
+        calls["pass"] = calls.get("pass", -1) + 1
+        clock.t += 1e-3 * (0.5 if calls["pass"] % 2 else 1.0)
+
+    monkeypatch.setattr(costs, "stream_passes", lambda model: {"read": floor_pass})
+    c = costs.measure_costs(Model(), repeats=4)
+    assert c["score_ratio_rounds"][2] == pytest.approx([3.0, 6.0])   # K = 2: 3 tokens
+    assert c["score_ratio_rounds"][1] == pytest.approx([2.0, 2.0]) and c["score_ratio_rounds"][8] == pytest.approx([9.0, 9.0])
+    assert c["decode_over_stream_rounds"] == pytest.approx([1.0, 4.0])
+    assert c["score_ratio"][2] == pytest.approx(7.5 / 1.5) and c["decode_over_stream"] == pytest.approx(1.5 / 0.75)
+    table = bench.format_table({**c, "weights_stream_ms_by_pass": {"read": 0.75}, "cores": 2})
+    assert "3.00-6.00" in table and "1.00-4.00" in table
