@@ -86,8 +86,7 @@ def scoring_and_stream_ms(model: SmolLM2, repeats: int, k_max: int = K_MAX, pass
     shuffled order, so that load coming and going hits the decode step, the scoring calls and the
     floor alike and their ratios compare like with like."""
     score, stream = timed_rounds(model, repeats, k_max, passes)
-    return ({n: 1e3 * float(np.median(v)) for n, v in score.items()},
-            {name: 1e3 * float(np.median(v)) for name, v in stream.items()})
+    return median_ms(score), median_ms(stream)
 
 
 def timed_rounds(model: SmolLM2, repeats: int, k_max: int = K_MAX, passes: dict | None = None) -> tuple:
@@ -117,6 +116,11 @@ def timed_rounds(model: SmolLM2, repeats: int, k_max: int = K_MAX, passes: dict 
     return ({n: times[("score", n)] for n in range(1, k_max + 2)}, {name: times[("pass", name)] for name in passes})
 
 
+def median_ms(times: dict) -> dict:
+    """key -> median of its times (seconds), in ms."""
+    return {key: 1e3 * float(np.median(v)) for key, v in times.items()}
+
+
 def quartiles(values) -> list:
     """[25th, 75th percentile] of values: the middle half of what the rounds measured."""
     return [float(v) for v in np.percentile(np.asarray(values, dtype=float), [25, 75])]
@@ -144,11 +148,10 @@ def verify_ms(V: int, K: int = 4, repeats: int = 51, verifier=verify) -> float:
 def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
     """Decode step, weights-stream floor, scoring cost per K and verify cost, measured now on this machine."""
     rounds, stream_rounds = timed_rounds(model, repeats, passes=stream_passes(model))
-    score = {n: 1e3 * float(np.median(v)) for n, v in rounds.items()}
-    stream = {name: 1e3 * float(np.median(v)) for name, v in stream_rounds.items()}
+    score, stream = median_ms(rounds), median_ms(stream_rounds)
     decode = score[1]
     per_round_decode = np.array(rounds[1])
-    per_round_floor = np.min([v for v in stream_rounds.values()], axis=0)
+    per_round_floor = np.min(list(stream_rounds.values()), axis=0)    # each round's fastest pass
     mrs_ms = verify_ms(model.config.vocab_size)
     block_ms = verify_ms(model.config.vocab_size, verifier=verify_block)
     floor = min(stream.values())

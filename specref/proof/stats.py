@@ -124,19 +124,18 @@ class MarkovChain:
         return self.next_probs(tokens, len(tokens))
 
 
-# The whole-sequence setting the suite and the conformance checker share: small enough that the law
-# of every continuation is enumerated (SEQ_V ** SEQ_N sequences), far enough from the draft that a
-# wrong verifier shows.
+# The whole-sequence setting the suite and the conformance checker share, small enough that the law
+# of every continuation is enumerated (SEQ_V ** SEQ_N sequences).
 SEQ_V, SEQ_N = 3, 5                  # vocabulary, new tokens
 SEQ_PROMPT = np.array([0, 1])
 SEQ_PROMPT.flags.writeable = False
 
 
-def markov_pair(V: int = SEQ_V) -> tuple[MarkovChain, MarkovChain]:
-    """(target, draft): a random order-2 and order-1 Markov chain on V tokens (seed 7, Dirichlet 0.7)."""
+def markov_pair() -> tuple[MarkovChain, MarkovChain]:
+    """(target, draft): a random order-2 and order-1 Markov chain on SEQ_V tokens (seed 7, Dirichlet 0.7)."""
     rng = np.random.default_rng(7)
-    target = MarkovChain.random(V, order=2, rng=rng, concentration=0.7)
-    return target, MarkovChain.random(V, order=1, rng=rng, concentration=0.7)
+    target = MarkovChain.random(SEQ_V, order=2, rng=rng, concentration=0.7)
+    return target, MarkovChain.random(SEQ_V, order=1, rng=rng, concentration=0.7)
 
 
 def sequence_law(model, x: np.ndarray, N: int) -> dict[tuple, float]:
