@@ -89,7 +89,7 @@ def format_workload_checks(costs: dict) -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The benchmark's options, each checked as it is read (`specref.apps.options`), before the model loads."""
     parser.add_argument("--json", metavar="PATH", type=options.output_file(), default=None,
-                        help="write the measurements to this JSON file")
+                        help="write the measurements to this JSON file (its directory must exist)")
     parser.add_argument("--repeats", type=options.integer(1), default=9,
                         help="timed repeats per quantity, >= 1 (median taken; default 9)")
     parser.add_argument("--cache-dir", type=options.directory, default=None,
