@@ -31,8 +31,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command li
 import numpy as np  # noqa: E402
 
 from specref.apps.costs import PREFIX  # noqa: E402
-from specref.smollm2.model import load_smollm2  # noqa: E402
-from specref.smollm2.plan import cpu_label, machine_key  # noqa: E402
+from specref.fast import load_fast  # noqa: E402
+from specref.fast.plan import cpu_label, machine_key  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BASE = "specref_base"
@@ -66,20 +66,20 @@ def main(argv=None) -> int:
         extract(args.base, pathlib.Path(tmp))
         sys.path.insert(0, tmp)
         try:
-            base_model = importlib.import_module(f"{BASE}.smollm2.model")
-            base_plan = importlib.import_module(f"{BASE}.smollm2.plan")
+            base_plan = importlib.import_module(f"{BASE}.fast.plan")
+            base_fast = importlib.import_module(f"{BASE}.fast")
         except Exception as e:                                 # a commit from before the model or the planner
             raise SystemExit(f"the base {args.base} has no model with a plan to compare ({e!r})")
-        current = load_smollm2(progress=lambda s: None)
+        current = load_fast(progress=lambda s: None, measure=True)
         try:
-            plan = base_plan.Plan.from_json(current.plan.to_json())
+            plan = base_plan.Plan.from_json(current.fast.to_json())
         except Exception as e:                                 # the base's own PlanError, or a format it cannot read
             raise SystemExit(f"the base {args.base} cannot read this plan ({e}); compare commits with the same plan format")
         try:
-            models = {"base": base_model.SmolLM2(current.weights, current.tokenizer, plan), "current": current}
+            models = {"base": base_fast.fast_model(current, plan), "current": current}
         except Exception as e:                                 # an older SmolLM2 with another interface
             raise SystemExit(f"the base {args.base}'s SmolLM2 cannot be built on this weights and plan ({e!r}); "
-                             f"compare commits whose model takes (weights, tokenizer, plan)")
+                             f"compare commits with specref.fast.fast_model(model, plan)")
         print(f"CPU {cpu_label(machine_key(current.weights))}; base {args.base}; "
               f"OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; {args.rounds} rounds")
         prefix = list(range(1000, 1000 + PREFIX))

@@ -37,8 +37,8 @@ from transformers import AutoModelForCausalLM  # noqa: E402
 from specref.apps import demo  # noqa: E402
 from specref.apps.humaneval import load_problems  # noqa: E402
 from specref.files import write_text  # noqa: E402
-from specref.smollm2.model import load_smollm2  # noqa: E402
-from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
+from specref.fast import load_fast  # noqa: E402
+from specref.fast.plan import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import gguf_path  # noqa: E402
 from tools.lookup_replay import NEW_TOKENS, workloads  # noqa: E402
 
@@ -84,7 +84,7 @@ def main() -> int:
     if args.repeats < 1:
         parser.error(f"--repeats must be >= 1, not {args.repeats}")
     torch.set_num_threads(args.threads or cores())
-    spec = load_smollm2()
+    spec = load_fast(measure=True)
     eos = spec.tokenizer.eos_id
     gguf = gguf_path()
     hf = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32).eval()
@@ -138,7 +138,7 @@ def main() -> int:
         rows.append(row)
     key = machine_key(spec.weights)
     print(f"\nCPU {cpu_label(key)}, {cores()} cores; torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"specref plan: {spec.plan.layout} layout; greedy, {NEW_TOKENS} new tokens")
+          f"specref plan: {spec.fast.layout} layout; greedy, {NEW_TOKENS} new tokens")
     print(f"{'workload':<38} {'ArS ms/tok HF':>13} {'specref':>8} {'HF K=10':>8}"
           + "".join(f" {side + ' best':>21}" for side in SIDES) + f" {'outputs':>8}")
     for r in rows:

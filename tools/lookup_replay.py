@@ -36,7 +36,7 @@ from specref.drafts import PromptLookupDraft  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.protocol import draft_length  # noqa: E402
 from specref.smollm2.fetch import cache_root  # noqa: E402
-from specref.smollm2.model import load_smollm2  # noqa: E402
+from specref.fast import load_fast  # noqa: E402
 
 NEW_TOKENS = 128
 KS = (2, 4, 8, 10)
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
                      f"not {min(args.adaptive_n)}")
     plain_n = PromptLookupDraft.PLAIN_N
     settings = {f"plain, n = {plain_n}": (False, plain_n), **{f"adaptive, n = {n}": (True, n) for n in args.adaptive_n}}
-    spec = load_smollm2()
+    spec = load_fast(measure=True)
     problems = load_problems()
     chats = workloads(spec.tokenizer, problems)
     raw = {f"HumanEval/{i}": spec.tokenizer.encode(problems[i].prompt) for i in range(args.problems)}

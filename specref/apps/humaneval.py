@@ -66,7 +66,7 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
-from specref.smollm2 import load_smollm2
+from specref.fast import load_fast
 from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
@@ -601,7 +601,7 @@ def run(args, model=None) -> int:
     if args.limit is not None:
         problems = problems[: args.limit]
     if model is None:
-        model = load_smollm2(cache_dir=args.cache_dir)
+        model = load_fast(cache_dir=args.cache_dir, measure=True)
     bench = Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
     task_ids = [p.task_id for p in problems]
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "

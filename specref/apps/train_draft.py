@@ -45,8 +45,8 @@ from specref.apps import options
 from specref.files import replacing
 from specref.smollm2 import draft as nd
 from specref.smollm2.fetch import cache_root
+from specref.fast import Plan, fast_model, load_fast
 from specref.smollm2.model import SmolLM2, load_smollm2
-from specref.smollm2.weights import from_panels
 from specref.warps import Warp
 
 STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
@@ -144,7 +144,7 @@ class Recorder:
 
     def __init__(self, model: SmolLM2):
         self.model = model
-        self.head = from_panels(model.weights.head)               # [d, V]
+        self.head = model.weights.head_matrix()                   # [d, V]
         self.rows = {k: [] for k in ("tok", "h", "lse", "amax", "seq", "kind")}
         self.n = 0
 
@@ -243,7 +243,7 @@ _WORKER_MODEL: SmolLM2 | None = None
 def _worker_init(cache_dir) -> None:
     global _WORKER_MODEL
     # one process per core: each multiplies on one thread (a plan's threads would compete)
-    _WORKER_MODEL = load_smollm2(cache_dir=cache_dir, progress=lambda *a: None, plan="panels")
+    _WORKER_MODEL = fast_model(load_smollm2(cache_dir=cache_dir, progress=lambda *a: None), Plan.fixed("panels"))
 
 
 def _worker_shard(config: Config, kind: str, index: int, items: list, path: str) -> str:
@@ -460,7 +460,7 @@ def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, worke
     train_data, held = data["train"], data["held"]
     log(f"data ready: {len(train_data['tok'])} training positions, {int(held['kind'].sum())} held-out sampled "
         f"positions ({time.perf_counter() - t0:.0f} s)")
-    head = from_panels(model.weights.head)                        # [d, V]
+    head = model.weights.head_matrix()                            # [d, V]
     E = np.ascontiguousarray(head.T)                              # [V, d]: the tied embeddings
     kept = kept_tokens(train_data, config.kept, head.shape[1])
     HN = np.ascontiguousarray(head[:, kept])
@@ -507,7 +507,7 @@ def run(args) -> int:
     config = replace(config, seed=args.seed, **({"steps": args.steps} if args.steps else {}))
     root = cache_root(args.cache_dir)
     out = nd.SHIPPED_PATH if args.install else pathlib.Path(args.out) if args.out else root / "draft.npz"
-    model = load_smollm2(cache_dir=args.cache_dir)
+    model = load_fast(cache_dir=args.cache_dir, measure=True)
     log = lambda text: print(text, flush=True)  # noqa: E731
     weights = run_training(model, config, root, args.workers, log)
     sha = nd.save_draft(out, weights)

@@ -42,7 +42,6 @@ import numpy as np
 
 from specref.files import replacing
 from specref.protocol import check_tokens
-from specref.smollm2.weights import from_panels
 
 D_MODEL = 576
 PARAM_NAMES = ("A", "b", "W1", "b1", "W2")
@@ -218,7 +217,7 @@ class NeuralDraft:
         self.weights = weights
         self.P = {n: np.ascontiguousarray(weights.params[n], np.float32) for n in PARAM_NAMES}
         self.kept = weights.kept
-        self.HN = np.ascontiguousarray(from_panels(target.weights.head)[:, self.kept])   # [d, N]
+        self.HN = np.ascontiguousarray(target.weights.head_matrix()[:, self.kept])   # [d, N]
         self.tokens = np.zeros(0, np.int64)   # the tokens of the last call
         self.lo, self.L = 0, 0                # its predictions cover positions lo.., made with target prefix L
         self.pred = np.zeros((0, target.config.d_model), np.float32)  # pred[i - lo] = s~_i

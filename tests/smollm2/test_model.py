@@ -1,41 +1,78 @@
 """specref.smollm2.model and specref.smollm2.weights: the NumPy SmolLM2, its KV cache, and its errors.
 
-The real-model tests use the session fixture `smollm2` (tests/conftest.py).  Tolerances: the
+The real-model tests use the session fixture `smollm2` (tests/conftest.py): the plain path, the
+code a reader reads (tests/smollm2/test_fast.py checks the fast path against it).  Tolerances: the
 cache tests compare float32 logits of the same computation done in different row groupings, so
 they agree to ~1e-5; 1e-4 is the bound asked for, and a negative control shows that a cache
 holding the wrong prefix misses it by far.
 """
 
+import ast
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specref.smollm2.model import KVCache, linear, rms_norm, rope, rope_rotations, softmax
-from specref.smollm2.weights import PANEL, WeightsError, from_panels, gguf_path, load_weights, to_panels
+from specref.fast.plan import in_layout
+from specref.smollm2.model import KVCache, SmolLM2, glu, linear, rms_norm, rope, rope_rotations, softmax, swiglu
+from specref.smollm2.weights import WeightsError, gguf_path, load_weights
 
 FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 
 
 # --- pieces, on small random arrays -------------------------------------------------------------
 
-@pytest.mark.parametrize("n", [1, 2, 3, 5, 6, 7, 9, 18, 19, 40])
-def test_linear_over_panels_equals_matmul(n):
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_model_file_imports_no_threads_and_no_planner():
+    """What a reader reads is what runs: model.py (and weights.py) pull in no threads, no planner."""
+    code = "import sys, specref.smollm2.model; print(sorted(m for m in sys.modules if m.startswith('specref.fast')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]", out.stdout
+    # NumPy and gguf may import threading themselves; what is pinned for threads is the source
+    for path in ("specref/smollm2/model.py", "specref/smollm2/weights.py"):
+        assert imported_modules(ROOT / path).isdisjoint({"threading", "queue", "concurrent.futures", "specref.fast",
+                                                         "specref.fast.plan"}), path
+
+
+def imported_modules(path) -> set:
+    """Every module a Python file imports (import x / from x import y), read from its syntax tree."""
+    names = set()
+    for node in ast.walk(ast.parse(Path(path).read_text())):
+        if isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_import_check_sees_a_planner_import(tmp_path):
+    """Negative control for the test above: a file that imports the planner is caught."""
+    bad = tmp_path / "model.py"
+    bad.write_text("import numpy as np\nfrom specref.fast.plan import Plan\nimport threading\n")
+    assert {"specref.fast.plan", "threading"} <= imported_modules(bad)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 9])
+def test_linear_and_swiglu_are_the_formulas(n):
     rng = np.random.default_rng(n)
-    w = rng.standard_normal((96, 4 * PANEL), dtype=np.float32)  # [d_in, d_out]
-    x = rng.standard_normal((n, 96), dtype=np.float32)
-    got = linear(x, to_panels(w, PANEL))
-    assert got.dtype == np.float32 and got.shape == (n, 4 * PANEL)
-    np.testing.assert_allclose(got, x @ w, rtol=1e-5, atol=1e-5)
+    x = rng.standard_normal((n, 16), dtype=np.float32)
+    w = rng.standard_normal((16, 24), dtype=np.float32)
+    np.testing.assert_allclose(linear(x, w), x @ w, rtol=1e-6, atol=1e-6)
+    w_gate_up, w_down = rng.standard_normal((16, 2 * 12), dtype=np.float32), rng.standard_normal((12, 16), dtype=np.float32)
+    gate, up = x @ w_gate_up[:, :12], x @ w_gate_up[:, 12:]
+    expected = (gate / (1 + np.exp(-gate)) * up) @ w_down                  # silu(gate) * up, then down
+    np.testing.assert_allclose(swiglu(x, w_gate_up, w_down), expected, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(glu(gate, up), gate / (1 + np.exp(-gate)) * up, rtol=1e-5, atol=1e-6)
 
 
-def test_panels_round_trip_and_reject_ragged_widths():
-    w = np.arange(6 * 64, dtype=np.float32).reshape(6, 64)
-    p = to_panels(w, 32)
-    assert p.shape == (2, 6, 32) and p.flags.c_contiguous
-    np.testing.assert_array_equal(from_panels(p), w)
-    with pytest.raises(ValueError, match="do not split"):
-        to_panels(w, 48)
+def test_the_plain_model_refuses_weights_in_a_fast_layout(smollm2):
+    with pytest.raises(ValueError, match="fast path's layout"):
+        SmolLM2(in_layout(smollm2.weights, "panels"), smollm2.tokenizer)
 
 
 def test_rope_rotates_adjacent_pairs():
@@ -75,17 +112,12 @@ def test_config_and_weights_match_the_published_model(smollm2):
     assert abs(c.rms_eps - 1e-5) < 1e-9
     w = smollm2.weights
     layer = w.layers[0]
-    # the model keeps its weights in the layout its machine's plan chose (specref.smollm2.plan)
-    panels = smollm2.plan.layout == "panels"
-
-    def in_layout(d_in, d_out):
-        return (d_out // PANEL, d_in, PANEL) if panels else (d_in, d_out)
-
-    assert layer.w_qkv.shape == in_layout(576, 576 + 2 * 192)
-    assert layer.w_o.shape == in_layout(576, 576)
-    assert layer.w_gate_up.shape == in_layout(576, 2 * 1536)
-    assert layer.w_down.shape == in_layout(1536, 576)
-    assert w.head.shape == in_layout(576, 49152)
+    assert smollm2.fast is None                                # the fixture runs the plain path
+    assert layer.w_qkv.shape == (576, 576 + 2 * 192)
+    assert layer.w_o.shape == (576, 576)
+    assert layer.w_gate_up.shape == (576, 2 * 1536)
+    assert layer.w_down.shape == (1536, 576)
+    assert w.head.shape == (576, 49152)
     for m in w.matrices() + [w.output_norm] + [layer.attn_norm for layer in w.layers]:
         assert m.dtype == np.float32 and m.flags.c_contiguous
     assert sum(m.nbytes for m in w.matrices()) == pytest.approx(538e6, rel=0.01)
@@ -223,8 +255,8 @@ def test_next_probs_and_call_are_distributions(smollm2):
     assert (q >= 0).all()
     allq = smollm2(tokens)
     assert allq.shape == (len(tokens), 49152)
-    # the head multiplies 4 rows here and all of them there: with a GEMM plan the float32 sums may
-    # round differently by row count (plan.py: results agree to float32 rounding, not bit for bit)
+    # the head multiplies 4 rows here and all of them there: BLAS's float32 sums may round
+    # differently by row count (results agree to float32 rounding, not bit for bit)
     np.testing.assert_allclose(allq[-4:], q, rtol=1e-4, atol=1e-9)
 
 

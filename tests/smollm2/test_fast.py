@@ -1,4 +1,4 @@
-"""specref.smollm2.plan: every way of multiplying gives the same numbers, and plans are chosen, cached and checked.
+"""specref.fast: every way of multiplying gives the same numbers as the plain path, and plans are chosen, cached and checked.
 
 Tolerances: the candidates add the same float32 products in different orders (GEMV, small GEMM,
 chunks), so they agree to float32 rounding: products to rtol 1e-5 against a float64 reference,
@@ -14,13 +14,17 @@ import subprocess
 import sys
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
 
-from specref.smollm2 import plan as P
+import specref.fast
+from specref.fast import fast_model, load_fast
+from specref.fast import plan as P
+from specref.fast.plan import PANEL, from_panels, to_panels
 from specref.smollm2.model import SmolLM2, glu
-from specref.smollm2.weights import PANEL, Config, LayerWeights, Weights, from_panels, to_panels
+from specref.smollm2.weights import Config, LayerWeights, Weights
 
 FORCED = [("panels", 1), ("panels", 2), ("gemm", 1), ("gemm", 2), ("rows", 1), ("rows", 2)]
 
@@ -298,7 +302,7 @@ def tiny_weights(seed=0) -> Weights:
                context_length=64, rms_eps=1e-5, rope_base=10000.0)
 
     def m(d_in, d_out):
-        return to_panels(rng.standard_normal((d_in, d_out), dtype=np.float32) * 0.1, PANEL)
+        return rng.standard_normal((d_in, d_out), dtype=np.float32) * 0.1
 
     layers = tuple(LayerWeights(attn_norm=np.ones(c.d_model, np.float32), w_qkv=m(64, 128), w_o=m(64, 64),
                                 ffn_norm=np.ones(c.d_model, np.float32), w_gate_up=m(64, 256), w_down=m(128, 64))
@@ -451,6 +455,7 @@ def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_
         return dataclasses.replace(P.Plan.fixed("panels"), key=P.machine_key(weights), why="measured")
 
     monkeypatch.setattr(P, "measure", fake_measure)
+    monkeypatch.setattr(P, "LoadWatch", lambda: types.SimpleNamespace(others=lambda: 0.0))   # a quiet machine
     messages = []
     first = P.plan_for(w, tmp_path, messages.append)
     path = P.plan_path(w, tmp_path)
@@ -473,14 +478,89 @@ def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_
 
 def test_in_layout_round_trips_and_embeds_alike():
     w = tiny_weights()
-    plain = P.in_layout(w, "plain")
-    assert plain.head.ndim == 2 and all(m.ndim == 2 for m in plain.matrices())
-    back = P.in_layout(plain, "panels")
+    panels = P.in_layout(w, "panels")
+    assert isinstance(panels, P.PanelWeights) and all(m.ndim == 3 for m in panels.matrices())
+    back = P.in_layout(panels, "plain")
+    assert type(back) is Weights
     for a, b in zip(w.matrices(), back.matrices()):
         np.testing.assert_array_equal(a, b)
     tokens = np.array([0, 5, 255, 31, 32])
-    np.testing.assert_array_equal(w.embed(tokens), plain.embed(tokens))
-    np.testing.assert_array_equal(from_panels(w.head), plain.head)
+    np.testing.assert_array_equal(w.embed(tokens), panels.embed(tokens))
+    np.testing.assert_array_equal(panels.head_matrix(), w.head)
+    np.testing.assert_array_equal(from_panels(panels.head), w.head)
+
+
+def test_panels_round_trip_and_reject_ragged_widths():
+    w = np.arange(6 * 64, dtype=np.float32).reshape(6, 64)
+    p = to_panels(w, 32)
+    assert p.shape == (2, 6, 32) and p.flags.c_contiguous
+    np.testing.assert_array_equal(from_panels(p), w)
+    with pytest.raises(ValueError, match="do not split"):
+        to_panels(w, 48)
+
+
+def tiny_model() -> SmolLM2:
+    return SmolLM2(tiny_weights())
+
+
+def fake_measure(calls):
+    def measure(weights, progress=print, **kw):
+        calls.append(1)
+        return dataclasses.replace(P.Plan.fixed("panels"), key=P.machine_key(weights), why="measured")
+    return measure
+
+
+def test_a_library_load_never_measures_unless_asked(tmp_path, monkeypatch):
+    calls, messages = [], []
+    monkeypatch.setattr(specref.fast, "load_smollm2", lambda cache_dir=None, progress=print: tiny_model())
+    monkeypatch.setattr(P, "measure", fake_measure(calls))
+    monkeypatch.setattr(P, "LoadWatch", lambda: types.SimpleNamespace(others=lambda: 0.0))   # a quiet machine
+    model = load_fast(tmp_path, messages.append)                         # no plan cached, not asked to measure
+    assert model.fast is None and calls == [] and any("plain path" in m for m in messages)
+    model = load_fast(tmp_path, messages.append, measure=True)          # asked: measured once, cached
+    assert model.fast is not None and calls == [1] and model.weights.head.ndim == 3
+    model = load_fast(tmp_path, messages.append)                         # the cached plan, no measuring
+    assert model.fast is not None and calls == [1]
+    model = load_fast(tmp_path, messages.append, measure=True)          # cached: not measured again
+    assert calls == [1]
+
+
+def test_the_blas_thread_setting_does_not_change_the_machine_key(monkeypatch):
+    w = tiny_weights()
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    unset = P.plan_path(w)
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    assert P.plan_path(w) == unset and "openblas_num_threads" not in P.machine_key(w)
+
+
+@pytest.mark.parametrize("others, cached", [(0.9, False), (0.1, True), (None, True)])
+def test_a_plan_measured_on_a_busy_machine_is_used_but_not_cached(tmp_path, monkeypatch, others, cached):
+    calls, messages = [], []
+    monkeypatch.setattr(P, "measure", fake_measure(calls))
+    monkeypatch.setattr(P, "LoadWatch", lambda: types.SimpleNamespace(others=lambda: others))
+    w = tiny_weights()
+    plan = P.plan_for(w, tmp_path, messages.append)
+    assert isinstance(plan, P.Plan) and P.plan_path(w, tmp_path).exists() is cached
+    assert any("not cached" in m for m in messages) is (not cached)
+    P.plan_for(w, tmp_path, messages.append)
+    assert len(calls) == (2 if not cached else 1)                       # a busy plan is measured again next time
+
+
+def test_the_load_watch_sees_another_process_and_not_this_one():
+    """A child process spinning for a second counts as load; this process's own work does not."""
+    watch = P.LoadWatch()
+    if watch.start is None:
+        pytest.skip("no /proc/stat on this system: the load of other processes cannot be read")
+    assert watch.others() is None                                       # too short to tell
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.5: pass"])
+    child.wait()
+    busy = watch.others()
+    assert busy > 0.4, busy                                             # the child had most of a core
+    mine = P.LoadWatch()
+    t = time.perf_counter()
+    while time.perf_counter() - t < 1.0:                                # this process spins: not "others"
+        pass
+    assert mine.others() < busy
 
 
 # --- the real model under every forced plan ---------------------------------------------------------
@@ -488,9 +568,9 @@ def test_in_layout_round_trips_and_embeds_alike():
 @pytest.mark.parametrize("method,threads,split_ffn", [(m, t, False) for m, t in FORCED]
                          + [("panels", 2, True), ("gemm", 2, True)])
 def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, threads, split_ffn):
-    base = SmolLM2(smollm2.weights, plan=P.Plan.fixed("panels"))
+    base = smollm2                                                      # the plain path
     plan = P.Plan.fixed(method, threads, split_ffn)
-    model = SmolLM2(smollm2.weights, plan=plan)
+    model = fast_model(smollm2, plan)
     assert model.weights.head.ndim == (3 if plan.layout == "panels" else 2)
     prompt = np.array(smollm2.tokenizer.chat([{"role": "user", "content": "Write a haiku about rain."}]))
     np.testing.assert_allclose(model.logits(prompt), base.logits(prompt), atol=5e-4, rtol=0)
@@ -503,13 +583,18 @@ def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, t
     np.testing.assert_allclose(model.next_probs(scored, 5), base.next_probs(scored, 5), atol=2e-5, rtol=0)
 
 
-def test_the_loaded_model_runs_its_machines_plan(smollm2):
-    assert isinstance(smollm2.plan, P.Plan) and set(smollm2.plan.choice) == set(P.ROW_COUNTS)
-    shapes = {P.shape_of(m) for m in smollm2.weights.matrices()}
-    assert all(set(per_shape) in ({P.ANY}, shapes | {P.ANY}) for per_shape in smollm2.plan.choice.values())
-    text = smollm2.plan.describe()
-    assert text.startswith(f"plan: weights in the {smollm2.plan.layout} layout")
+def test_a_measured_plan_covers_every_row_count_and_describes_itself():
+    weights = tiny_weights()
+    plan = P.measure(weights, repeats=1, threads=1, progress=lambda *a: None)
+    assert set(plan.choice) == set(P.ROW_COUNTS)
+    shapes = {P.shape_of(m) for m in weights.matrices()}
+    assert all(set(per_shape) in ({P.ANY}, shapes | {P.ANY}) for per_shape in plan.choice.values())
+    text = plan.describe()
+    assert text.startswith(f"plan: weights in the {plan.layout} layout")
     assert len(text.splitlines()) == 2 + len(P.ROW_COUNTS)
+    x = np.random.default_rng(0).standard_normal((3, 64)).astype(np.float32)
+    fast = fast_model(tiny_model(), plan)
+    np.testing.assert_allclose(fast.linear(x, fast.weights.layers[0].w_o), x @ weights.layers[0].w_o, rtol=1e-5, atol=1e-5)
 
 
 def test_the_thread_experiments_run_every_variant_to_the_end():

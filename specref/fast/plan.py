@@ -1,8 +1,9 @@
-"""How to multiply rows by the weight matrices on this machine, chosen by measuring (in FFTW's spirit).
+"""The fast path's plan: how to multiply rows by the weight matrices on this machine, chosen by measuring (in FFTW's spirit).
 
-What is fastest depends on the CPU, its caches, its memory and the BLAS build, so no fixed choice
-carries from one machine to another (`specref.smollm2.model` explains the choice measured on the
-first machine).  The planner times every candidate on the model's own matrices, for one row (a
+The model's plain path multiplies x @ W (`specref.smollm2.model.linear`).  The same products can
+be much faster in another layout or split over the cores, but what is fastest depends on the CPU,
+its caches, its memory and the BLAS build, so no fixed choice carries from one machine to another
+(the note above `panel_product` explains the choice measured on the first machine).  The planner times every candidate on the model's own matrices, for one row (a
 decode step) and for each row count speculative sampling scores (2..ROWS, and PREFILL for a
 prompt), keeps the fastest per row count and matrix shape, and caches the result per machine.
 
@@ -35,7 +36,7 @@ One layout is kept in memory (both would double it): the one whose fastest plan 
 fastest, and of two within LAYOUT_TIE of each other, the one that scores 5 rows faster.
 
 Every candidate computes the same product; they differ in the order of float32 additions, so
-results agree to float32 rounding, not bit for bit (tests/smollm2/test_plan.py forces each one).
+results agree to float32 rounding, not bit for bit (tests/smollm2/test_fast.py forces each one against the plain path).
 """
 
 import dataclasses
@@ -53,7 +54,9 @@ from typing import Callable
 import numpy as np
 
 from specref.files import write_text
-from specref.smollm2.weights import PANEL, Weights, from_panels, to_panels
+from specref.smollm2.fetch import cache_root
+from specref.smollm2.model import glu as model_glu
+from specref.smollm2.weights import Weights
 
 ROWS = 18                  # most rows per small-GEMM call (see the note above `panel_product`)
 PREFILL = 64               # the row count planned for prompts (more than ROWS rows)
@@ -83,6 +86,40 @@ def cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
+# ---------------------------------------------------------------- the panel layout
+
+PANEL = 32                 # output columns per panel (the note above `panel_product` says why 32)
+
+
+def to_panels(w: np.ndarray, width: int) -> np.ndarray:  # [d_in, d_out] -> [d_out / width, d_in, width]
+    """Split a matrix into contiguous panels of `width` output columns (see `panel_product`)."""
+    d_in, d_out = w.shape
+    if d_out % width:
+        raise ValueError(f"{d_out} output columns do not split into panels of {width}")
+    return np.ascontiguousarray(w.reshape(d_in, d_out // width, width).transpose(1, 0, 2))
+
+
+def from_panels(p: np.ndarray) -> np.ndarray:  # [P, d_in, width] -> [d_in, P * width]
+    """The plain matrix that `to_panels` split (a copy); a matrix already plain is returned as it is."""
+    if p.ndim == 2:
+        return p
+    n_panels, d_in, width = p.shape
+    return np.ascontiguousarray(p.transpose(1, 0, 2).reshape(d_in, n_panels * width))
+
+
+@dataclasses.dataclass(frozen=True)
+class PanelWeights(Weights):
+    """Weights whose matrices are kept as panels [d_out / PANEL, d_in, PANEL] (`in_layout`)."""
+
+    def embed(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, d_model]
+        """Column t of the head: panel t // width, its column t % width."""
+        width = self.head.shape[2]
+        return self.head[tokens // width, :, tokens % width]
+
+    def head_matrix(self) -> np.ndarray:  # -> [d_model, vocab_size], a copy
+        return from_panels(self.head)
+
+
 # ---------------------------------------------------------------- the three ways to multiply
 
 # Why the weight matrices are stacks of narrow panels, and why `panel_product` pads rows to 2 or 6.
@@ -98,7 +135,7 @@ def cores() -> int:
 #   - weights in [out, in] or [in, out] order (X @ W.T, W @ X.T, X @ W; Fortran order is one of
 #     these), scipy.linalg.blas.sgemm with transpose flags, 1 or 2 threads: 2.4x-9x with 5 rows.
 # What works: store each [d_in, d_out] matrix as P = d_out / 32 contiguous panels [P, d_in, 32]
-# (specref.smollm2.weights.to_panels) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
+# (`to_panels`) and call `np.matmul(X, panels)` once.  NumPy loops over the panels
 # in C and calls sgemm for each small row-major product [n, d_in] @ [d_in, 32].  OpenBLAS hands
 # products with m*n*k <= 10^6 to its AVX-512 "small matrix" kernel (`perf` shows the time in
 # sgemm_small_kernel_b0_nn_SKYLAKEX), which reads both operands in place: no packing, and no
@@ -444,8 +481,9 @@ class Plan:
         per_shape = self.choice[self._count(n)]
         return per_shape.get(shape, per_shape[ANY])
 
-    def feed_forward(self, x, w_gate_up, w_down, glu: Callable):  # [n, d], [d, 2f], [f, d] (this layout) -> [n, d]
-        """down(glu(x W_gate, x W_up)): split as a whole where the plan says so, else as two planned products."""
+    def feed_forward(self, x, w_gate_up, w_down, glu: Callable = model_glu):  # [n, d], [d, 2f], [f, d] (this layout) -> [n, d]
+        """The model's `swiglu`, down(glu(x W_gate, x W_up)): split as a whole where the plan says so,
+        else as two planned products."""
         split = self.ffn.get(self._count(x.shape[0]))
         if split is not None and self._team is not None:
             return ffn_product(x, w_gate_up, w_down, glu, LAYOUT_METHOD[self.layout], self._team, split[1])
@@ -467,7 +505,8 @@ class Plan:
         if self.key:
             k = self.key
             lines.append(f"  measured on: {cpu_label(k)}, {k.get('cores')} cores, NumPy {k.get('numpy')}, "
-                         f"{k.get('blas')}, OPENBLAS_NUM_THREADS={k.get('openblas_num_threads')}")
+                         f"{k.get('blas')}" + (f", OPENBLAS_NUM_THREADS={k['openblas_num_threads']}"
+                                               if "openblas_num_threads" in k else ""))
         for n in self._counts:
             per_shape = self.choice[n]
             shapes = [s for s in per_shape if s != ANY] or [ANY]
@@ -510,7 +549,8 @@ class Plan:
 
 
 def in_layout(weights: Weights, layout: str) -> Weights:
-    """The same weights with every matrix in `layout` ('panels' or 'plain'); norms are shared, not copied."""
+    """The same weights with every matrix in `layout` ('panels': `PanelWeights`, or 'plain'); norms are
+    shared, and matrices already in that layout are too."""
     if layout not in ("panels", "plain"):
         raise PlanError(f"unknown layout {layout!r}; expected 'panels' or 'plain'")
 
@@ -522,7 +562,8 @@ def in_layout(weights: Weights, layout: str) -> Weights:
     layers = tuple(dataclasses.replace(layer, w_qkv=convert(layer.w_qkv), w_o=convert(layer.w_o),
                                        w_gate_up=convert(layer.w_gate_up), w_down=convert(layer.w_down))
                    for layer in weights.layers)
-    return dataclasses.replace(weights, head=convert(weights.head), layers=layers)
+    kind = PanelWeights if layout == "panels" else Weights
+    return kind(config=weights.config, head=convert(weights.head), layers=layers, output_norm=weights.output_norm)
 
 
 # ---------------------------------------------------------------- measuring
@@ -559,7 +600,8 @@ def cpu_label(key: dict) -> str:
 
 def machine_key(weights: Weights) -> dict:
     """What a plan depends on: the CPU (name, family/model/stepping, SIMD flags), cores, NumPy and
-    its BLAS, BLAS threads, the matrices' shapes."""
+    its BLAS, the matrices' shapes.  Not the process's BLAS-thread setting: the fast path's
+    products pick their own threads (`Team`), so a notebook and a command share one plan."""
     cpu = {"cpu": "", "cpu_id": "?/?/?", "simd": []}
     try:
         cpu = cpu_identity(pathlib.Path("/proc/cpuinfo").read_text())
@@ -573,7 +615,6 @@ def machine_key(weights: Weights) -> dict:
         blas = "unknown"
     shapes = [list(m.shape) for m in weights.matrices()[:4]] + [list(weights.head.shape)]
     return {**cpu, "cores": cores(), "numpy": np.__version__, "blas": blas,
-            "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
             "matrices": len(weights.matrices()), "shapes": shapes}
 
 
@@ -591,9 +632,9 @@ def measure(weights: Weights, counts=ROW_COUNTS, repeats: int = 3, threads: int 
             progress: Callable = print, glu: Callable | None = None) -> Plan:
     """Time every candidate for every row count on each shape's matrices (min of `repeats` interleaved
     passes), and with more than one thread the feed-forward split as a whole (`ffn_product`, with
-    `glu`, the model's gated unit; np.multiply, the same shape of work, if none is given); return
+    `glu`, the model's gated unit by default); return
     the fastest plan."""
-    glu = glu or np.multiply
+    glu = glu or model_glu
     threads = threads or cores()
     started = time.perf_counter()
     layouts = {"panels": [m if m.ndim == 3 else to_panels(m, PANEL) for m in weights.matrices()],
@@ -767,15 +808,53 @@ def choose(ms: dict, counts=ROW_COUNTS) -> tuple:
 
 def plan_path(weights: Weights, cache_dir=None) -> pathlib.Path:
     """Where this machine's plan for these weights is cached."""
-    from specref.smollm2.fetch import cache_root
     digest = hashlib.sha256(json.dumps(machine_key(weights), sort_keys=True).encode()).hexdigest()[:16]
     return cache_root(cache_dir) / "plans" / f"{digest}.json"
+
+
+BUSY_CORES = 0.25          # other processes using more than this many cores on average while measuring: a busy machine
+
+
+class LoadWatch:
+    """How many cores other processes kept busy, on average, since this watch started (Linux: /proc/stat).
+
+    The machine's busy time (every CPU's user, system, interrupt and stolen time) less this
+    process's own CPU time, over the wall time.  `others()` is None where /proc/stat cannot be read,
+    and for a watch shorter than MIN_SECONDS (the counters tick every 10 ms: too coarse to tell).
+    """
+    MIN_SECONDS = 1.0
+
+    def __init__(self):
+        self.start = self._sample()
+
+    @staticmethod
+    def _sample():
+        try:
+            fields = pathlib.Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+        except (OSError, ValueError):
+            return None
+        busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+        mine = os.times()
+        return time.perf_counter(), busy, mine.user + mine.system
+
+    def others(self) -> float | None:
+        end = self._sample()
+        if self.start is None or end is None or end[0] - self.start[0] < self.MIN_SECONDS:
+            return None
+        (t0, busy0, mine0), (t1, busy1, mine1) = self.start, end
+        return max(0.0, (busy1 - busy0) - (mine1 - mine0)) / (t1 - t0)
 
 
 def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remeasure: bool = False,
              glu: Callable | None = None) -> Plan:
     """This machine's cached plan, or (none cached, or remeasure) a new one measured now (about half a
-    minute) and cached; glu: the model's gated unit, for timing the split feed-forward (see `measure`)."""
+    minute on an idle 2-core machine); glu: the model's gated unit (see `measure`).
+
+    A new plan is cached only if the machine was quiet while it was measured (other processes kept
+    at most BUSY_CORES busy, `LoadWatch`): a plan measured under load is used for this process
+    and measured again next time, rather than kept as if it were the machine's.
+    """
     path = plan_path(weights, cache_dir)
     if path.exists() and not remeasure:
         try:
@@ -785,9 +864,27 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
             progress(f"the plan in {path} is for another machine or version; measuring a new one")
         except (OSError, ValueError, KeyError, TypeError, PlanError) as e:
             progress(f"the plan in {path} cannot be read ({e}); measuring a new one")
-    progress("measuring how to multiply by the weights fastest on this machine (once; cached) ...")
+    progress("measuring how to multiply by the weights fastest on this machine "
+             "(once per machine, about half a minute on an idle 2-core machine) ...")
+    watch = LoadWatch()
     plan = measure(weights, progress=progress, glu=glu)
     plan.why += f", {datetime.date.today().isoformat()}"
+    others = watch.others()
+    if others is not None and others > BUSY_CORES:
+        plan.why += f"; other processes kept {others:.2f} cores busy meanwhile: not cached"
+        progress(f"other processes kept {others:.2f} cores busy while this plan was measured: it is used now "
+                 f"but not cached, and measured again next time (on a quiet machine)")
+        return plan
     write_text(path, json.dumps(plan.to_json(), indent=1))    # never a half-written plan
     progress(f"plan cached in {path}")
     return plan
+
+
+def cached_plan(weights: Weights, cache_dir=None) -> Plan | None:
+    """This machine's cached plan for these weights, or None (none cached, unreadable, or stale)."""
+    path = plan_path(weights, cache_dir)
+    try:
+        plan = Plan.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError, PlanError):
+        return None
+    return plan if plan.key == machine_key(weights) and set(plan.choice) == set(ROW_COUNTS) else None
