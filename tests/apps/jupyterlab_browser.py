@@ -11,6 +11,7 @@ jupytext's pairing can write into the repository.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import secrets
@@ -27,9 +28,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-INSTALL_HINT = ("the browser test needs Debian's chromium and chromium-driver: "
-                "apt-get install -y chromium chromium-driver (.ci/run installs them), and selenium: "
-                "python3 -m pip install -r requirements.txt")
+INSTALL_HINT = ("the browser test needs Debian's chromium and chromium-driver (apt-get install -y chromium "
+                "chromium-driver), and selenium and JupyterLab (python3 -m pip install -e '.[browser]'); .ci/run installs them")
+REQUIRE = "SPECREF_REQUIRE_BROWSER"   # =1: a missing browser fails the test instead of skipping it (CI)
 
 # JupyterLab settings for the session: no news or update checks (no network here, and their toast
 # would cover the page); the rest are JupyterLab's defaults.
@@ -44,11 +45,18 @@ def missing() -> str | None:
     for path in (CHROMIUM, CHROMEDRIVER):
         if not os.access(path, os.X_OK):
             return f"{path} not found; {INSTALL_HINT}"
-    try:
-        import selenium  # noqa: F401
-    except ImportError:
-        return f"selenium is not installed; {INSTALL_HINT}"
+    for module in ("selenium", "jupyterlab"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed; {INSTALL_HINT}"
     return None
+
+
+def required(environ=None) -> bool:
+    """True when the environment demands the browser test (SPECREF_REQUIRE_BROWSER=1, as CI sets it)."""
+    value = (os.environ if environ is None else environ).get(REQUIRE, "").strip()
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{REQUIRE}={value!r} is not recognised; use 1 (the browser test must run) or 0 / unset")
+    return value == "1"
 
 
 def _free_port() -> int:

@@ -9,13 +9,18 @@ the arrow keys, and the plot and the printed numbers must change to the model's 
 new values; the slider tracks must be equally long, aligned and long enough for every step.
 Notebook 05: the generated code in the side-by-side tables must be left-aligned.
 
-Needs Debian's chromium and chromium-driver and selenium (`.ci/run` installs them); without them
-the test fails and says how to install them.
+Needs Debian's chromium and chromium-driver, selenium and JupyterLab (`.ci/run` installs them).
+Without them every test here is skipped with a one-line reason naming what is missing, unless
+SPECREF_REQUIRE_BROWSER=1 (as `.ci/run` sets it), which makes them fail instead.
 """
 
 import contextlib
 import io
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import matplotlib.image
 import numpy as np
@@ -25,14 +30,17 @@ from specref.apps import widgets
 from tests.apps import jupyterlab_browser as lab_browser
 
 NOTEBOOKS = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model", "06_making_a_draft"]
+ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 150  # seconds for Run All of one notebook in quick mode (the slowest takes about 35 s alone)
 
 
 @pytest.fixture(scope="module")
 def lab():
     reason = lab_browser.missing()
+    if reason and lab_browser.required():
+        pytest.fail(f"{reason} ({lab_browser.REQUIRE}=1)", pytrace=False)
     if reason:
-        pytest.fail(reason, pytrace=False)
+        pytest.skip(reason)
     server = lab_browser.Lab(env={"SPECREF_QUICK": "1"})
     try:
         yield server.start()
@@ -147,3 +155,30 @@ def test_generated_code_is_left_aligned(notebook, browser):
         assert c["pre"] is not None, "a table cell without its generated text"
         assert c["td"] in ("left", "start") and c["pre"] in ("left", "start"), f"table text is not left-aligned: {c}"
         assert c["space"] == "pre-wrap", f"indentation is not kept: white-space {c['space']}"
+
+
+# ---------------------------------------------------------------- skipping without a browser, failing in CI
+
+def test_a_missing_browser_is_named_and_the_switch_reads_only_0_or_1(monkeypatch, tmp_path):
+    monkeypatch.setattr(lab_browser, "CHROMIUM", str(tmp_path / "chromium"))
+    assert lab_browser.missing().startswith(f"{tmp_path / 'chromium'} not found; ")
+    assert "chromium-driver" in lab_browser.missing()
+    assert [lab_browser.required(e) for e in ({}, {"SPECREF_REQUIRE_BROWSER": "0"}, {"SPECREF_REQUIRE_BROWSER": "1"})] \
+        == [False, False, True]
+    with pytest.raises(ValueError, match="not recognised"):
+        lab_browser.required({"SPECREF_REQUIRE_BROWSER": "yes please"})
+
+
+def test_without_a_browser_the_test_skips_unless_required(tmp_path):
+    """The `lab` fixture's decision, on a machine where Chromium is missing: skip, or fail under CI's switch."""
+    test = tmp_path / "test_needs_lab.py"
+    test.write_text("import tests.apps.jupyterlab_browser as lab_browser\n"
+                    f"lab_browser.CHROMIUM = {str(tmp_path / 'chromium')!r}\n"
+                    "from tests.apps.test_browser import lab  # noqa: F401\n\n"
+                    "def test_it(lab):\n    pass\n")
+    for value, outcome in (("0", "1 skipped"), ("1", "1 error")):
+        result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", str(test)],
+                                capture_output=True, text=True, cwd=tmp_path,
+                                env={**os.environ, "PYTHONPATH": str(ROOT), "SPECREF_REQUIRE_BROWSER": value})
+        assert outcome in result.stdout, result.stdout + result.stderr
+        assert "chromium not found" in result.stdout, result.stdout
