@@ -29,7 +29,7 @@ p(x | x_1..x_{n+t-1}) is p[t-1], and the target after all K drafts is q[K].
 Block verification (Sun, Mendlovic, Leviathan et al., "Block Verification Accelerates
 Speculative Decoding", ICLR 2025, their Algorithm 2) takes the same inputs and decides on the
 whole block at once; `verify_block` implements it.  Steps as restated, in our letters, in
-BLOCK_VERIFICATION.md (1-based: p_i is p[i-1], q_i is q[i-1], q_{K+1} is q[K], x_i is x_draft[i-1]):
+docs/block_verification.md in the specref repository (1-based: p_i is p[i-1], q_i is q[i-1], q_{K+1} is q[K], x_i is x_draft[i-1]):
     1   w_0 = 1; for i = 1..K: w_i = min(1, w_{i-1} * q_i(x_i) / p_i(x_i))
     2   for i = 1..K-1: r_i(x) = max(0, w_i * q_{i+1}(x) - p_{i+1}(x)), s_i = sum_x r_i(x),
         h_i = s_i / (s_i + 1 - w_i) (1 when the denominator is 0); h_0 = 1, h_K = w_K

@@ -196,7 +196,7 @@ def token_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], [K][V], [K+1][
 
 
 def block_weights(x_draft, p, q) -> tuple[list, list, list]:  # [K], [K][V], [K+1][V] -> w [K+1], h [K+1], r [K][V]
-    """Block verification's w_i, h_i and unnormalised residuals r_i (steps 1-2 of BLOCK_VERIFICATION.md), i = 0..K."""
+    """Block verification's w_i, h_i and unnormalised residuals r_i (steps 1-2 of docs/block_verification.md), i = 0..K."""
     K = len(x_draft)
     w = [1 + 0 * q[0][0]]  # w_0 = 1 (a Fraction when the rows are Fractions)
     for i in range(1, K + 1):
