@@ -126,3 +126,46 @@ def improvement_with_lengths(alpha, calls_by_gamma, c, score_cost):
     weights = counts / counts.sum()
     tokens = np.sum(weights * expected_tokens(alpha, gammas))
     return float(tokens / np.sum(weights * (gammas * float(c) + cost)))
+
+
+def best_gamma_measured(alpha: float, c: float, score_cost) -> tuple[int, float]:
+    """The gamma that maximises Theorem 3.8 with measured scoring costs, and its predicted improvement.
+
+    score_cost[g - 1] is the cost of scoring g + 1 tokens in one target call, in decode steps, for
+    g = 1..len(score_cost) (the gammas considered).  Returns (gamma, improvement); the smallest
+    gamma on ties.  An improvement of at most 1 means that no gamma pays (`alpha_needed`).
+    """
+    cost = np.asarray(score_cost, dtype=np.float64)
+    if cost.ndim != 1 or cost.size == 0 or np.any(~(cost > 0)):
+        raise ValueError(f"score_cost must be one positive cost per gamma 1..G, got {score_cost}")
+    gammas = np.arange(1, cost.size + 1)
+    improvement = walltime_improvement_measured(alpha, gammas, c, cost)
+    best = int(np.argmax(improvement))
+    return int(gammas[best]), float(improvement[best])
+
+
+def alpha_needed(c: float, score_cost, tol: float = 1e-9) -> float:
+    """The smallest alpha at which some gamma in 1..len(score_cost) pays (`best_gamma_measured` above 1).
+
+    Eq. 1's expected tokens 1 + alpha + ... + alpha^gamma grow with alpha, from 1 to gamma + 1, so
+    for each gamma the break-even alpha solves expected_tokens = gamma c + score_cost[gamma - 1]
+    (bisection); the answer is the least over gamma.  inf if no alpha < 1 makes any gamma pay
+    (every call costs at least gamma + 1 decode steps).
+    """
+    cost = np.asarray(score_cost, dtype=np.float64)
+    if cost.ndim != 1 or cost.size == 0 or np.any(~(cost > 0)):
+        raise ValueError(f"score_cost must be one positive cost per gamma 1..G, got {score_cost}")
+    _check(0.0, None, c)
+    best = float("inf")
+    for gamma, s in enumerate(cost, start=1):
+        need = gamma * c + s                                   # decode steps one call costs
+        if need >= gamma + 1:                                  # even alpha = 1 yields only gamma + 1 tokens
+            continue
+        if need < 1:                                           # cheaper than one decode step: any alpha pays
+            return 0.0
+        lo, hi = 0.0, 1.0
+        while hi - lo > tol:
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if expected_tokens(mid, gamma) <= need else (lo, mid)
+        best = min(best, hi)
+    return best

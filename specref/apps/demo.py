@@ -7,6 +7,13 @@ call, the time of one target call, the speedup measured over ArS with the same s
 settings, and the speedup Leviathan's model predicts from the measured alpha, the draft's
 cost c and the measured cost of scoring K + 1 tokens in one call (see `predict`).
 
+K, the draft tokens per target call, is chosen per draft and setting from Leviathan's model
+(Theorem 3.8, with the cost of scoring K + 1 tokens measured on this CPU at the start of the run,
+and alpha and c measured in a short pilot run of that draft; `choose_K`): the best K is the one
+that model predicts fastest, and where no K pays the run says so and gives the alpha the draft
+would need.  On a CPU where scoring a few tokens costs far more than one decode step (NumPy's
+BLAS without AVX-512 packs every small product), K is the whole story.  `--K` forces one K.
+
 `--verify block` runs SpS with block verification (`specref.mrs.verify_block`) instead of
 token-level verification (`specref.mrs.verify`).  Either way, every SpS call's drafts and rows
 also give both verifiers' expected tokens per call, exactly, over the verifier's own
@@ -26,6 +33,7 @@ import numpy as np
 
 from specref import speedup
 from specref.apps import options
+from specref.apps.costs import scoring_and_stream_ms
 from specref.drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
@@ -53,6 +61,7 @@ DEFAULT_PROMPT = (
 )
 
 GREEN, RESET = "\x1b[42;30m", "\x1b[0m"
+DEFAULT_DRAFTS = ("prompt-lookup", "neural+lookup")   # copying from the prompt, and the draft trained here
 
 
 @dataclass
@@ -72,6 +81,7 @@ class Result:
     speedup: float = float("nan")  # over ArS with the same warp, same run
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
     score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
+    why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -150,13 +160,61 @@ def fill_prediction(result: Result, base: Result) -> Result:
     return result
 
 
+K_CHOICES = 8        # K is chosen among 1..K_CHOICES
+PILOT_TOKENS = 32    # tokens of the pilot run that measures alpha and c before K is chosen
+PILOT_K = 4          # the pilot's K (alpha does not depend on K; c is per draft token)
+COST_REPEATS = 5     # rounds of the scoring-cost measurement (medians taken)
+
+
+def scoring_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) -> list[float]:
+    """[cost of scoring K + 1 tokens in one call, in decode steps, for K = 1..k_max], measured now
+    (shuffled rounds, medians: `specref.apps.costs.scoring_and_stream_ms`), each at least 1
+    (`speedup.plausible_score_cost`: a call scoring more tokens cannot cost less than one)."""
+    ms, _ = scoring_and_stream_ms(model, repeats, k_max)
+    return [speedup.plausible_score_cost(ms[K + 1] / ms[1])[0] for K in range(1, k_max + 1)]
+
+
+@dataclass
+class KChoice:
+    """K for one draft and setting, from Leviathan's Theorem 3.8 with measured costs."""
+
+    K: int
+    alpha: float  # measured in the pilot run
+    c: float  # one draft step / one decode step, measured in the pilot run
+    predicted: float  # the model's speedup at K
+    needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`)
+
+    @property
+    def pays(self) -> bool:
+        return self.predicted > 1.0
+
+    def why(self) -> str:
+        head = f"alpha {self.alpha:.2f}, c {self.c:.3f}: "
+        if self.pays:
+            return head + f"K = {self.K} predicts {self.predicted:.2f}x"
+        return head + (f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); "
+                       + (f"it would take alpha >= {self.needed:.2f}" if self.needed < 1 else
+                          "no alpha would: every call costs more than it can yield"))
+
+
+def choose_K(pilot: Result, base: Result, costs: list[float]) -> KChoice:
+    """K maximising Theorem 3.8 with the measured scoring costs (`speedup.best_gamma_measured`), alpha
+    and c from `pilot` (a short SpS run of the draft) and c relative to `base`'s decode step."""
+    stats = pilot.stats
+    alpha = min(stats.alpha_hat, 1.0) if stats.n_examined else 0.0
+    c = stats.draft_ms_per_call / base.stats.target_ms_per_call
+    K, predicted = speedup.best_gamma_measured(alpha, c, costs)
+    return KChoice(K, alpha, c, predicted, speedup.alpha_needed(c, costs))
+
+
 def table(results: list[Result]) -> str:
     w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
-    head = f"{'method':6} {'draft':{w}} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+    head = f"{'method':6} {'draft':{w}} {'K':>2} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
            f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:6} {r.draft:{w}} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} {len(r.tokens):6d} "
+        rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
+                    f"{len(r.tokens):6d} "
                     f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
                     f"{r.stats.target_ms_per_call:7.1f} "
@@ -165,23 +223,49 @@ def table(results: list[Result]) -> str:
     if any(r.score_noise for r in results):
         rows.append("* the SpS target call (up to K + 1 tokens) measured cheaper than the ArS call: timing noise; "
                     "predicted with a scoring cost of 1 decode step")
+    chosen = [r for r in results if r.why_K]
+    if chosen:
+        rows.append("")
+        rows.append(f"K per draft: Leviathan's Theorem 3.8 with this CPU's scoring costs, alpha and c from a "
+                    f"{PILOT_TOKENS}-token pilot run (--K forces one):")
+        for r in chosen:
+            setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
+            rows.append(f"  {r.draft}, {setting}: {r.why_K}")
     return "\n".join(rows)
 
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
-                  printer=None, log=print, verify: str = "token") -> list[Result]:
-    """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted."""
+                  printer=None, log=print, verify: str = "token", costs: list[float] | None = None) -> list[Result]:
+    """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted.
+
+    K: the draft tokens per call for every draft, or None to choose it per draft and setting
+    (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
+    with `scoring_costs` if not given)."""
     results = []
-    generate(model, prompt_ids, "ArS", "-", K, 0.0, None, 4, seed)  # warm-up: first calls are slower
+    generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
+    if K is None and costs is None:
+        log("measuring what scoring K + 1 tokens costs on this CPU ...")
+        costs = scoring_costs(model)
+        log("  in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in enumerate(costs, start=1)))
     for temperature, top_p in settings:
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
-        base = None
-        for method, name in [("ArS", "-")] + [("SpS", d) for d in draft_names]:
-            log(f"\n--- {method}{'' if method == 'ArS' else ' with ' + name + ' draft, ' + verify + ' verification'}, "
-                f"K={K}, {label} ---")
-            r = generate(model, prompt_ids, method, name, K, temperature, top_p, max_new_tokens, seed, eos, printer,
+        log(f"\n--- ArS, {label} ---")
+        base = generate(model, prompt_ids, "ArS", "-", 1, temperature, top_p, max_new_tokens, seed, eos, printer)
+        fill_prediction(base, base)
+        log(f"\n[{len(base.tokens)} tokens, {base.stats.ms_per_token:.1f} ms/token]")
+        results.append(base)
+        for name in draft_names:
+            why = "--K"
+            k = K
+            if K is None:
+                pilot = generate(model, prompt_ids, "SpS", name, PILOT_K, temperature, top_p, PILOT_TOKENS, seed + 1,
+                                 eos, None, verify)
+                choice = choose_K(pilot, base, costs)
+                k, why = choice.K, choice.why()
+            log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")
+            r = generate(model, prompt_ids, "SpS", name, k, temperature, top_p, max_new_tokens, seed, eos, printer,
                          verify)
-            base = base or r
+            r.why_K = why if K is None else ""
             fill_prediction(r, base)
             log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
@@ -198,7 +282,8 @@ def verdicts(results: list[Result]) -> list[str]:
         word = "faster" if r.speedup > 1.0 else "SLOWER"
         setting = "greedy" if r.temperature == 0 else f"T={r.temperature}, top-p={r.top_p}"
         out.append(f"SpS with {r.draft}, {r.verify} verification ({setting}) is {word} than ArS: {r.speedup:.2f}x "
-                   f"(alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)")
+                   f"(K = {r.K}, alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)"
+                   + (f"; before the run: {r.why_K}" if "no K pays" in r.why_K else ""))
     return out
 
 
@@ -206,14 +291,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The demo's options, each checked as it is read (`specref.apps.options`), before the model loads."""
     parser.add_argument("--prompt", type=options.text, default=DEFAULT_PROMPT,
                         help="user message (sent with the chat template)")
-    parser.add_argument("--K", type=options.K, default=4,
-                        help=f"draft tokens per target call, 1 to {options.MAX_K} (default 4)")
+    parser.add_argument("--K", type=options.K, default=None,
+                        help=f"draft tokens per target call, 1 to {options.MAX_K} (default: chosen per draft from "
+                             f"Leviathan's model with this CPU's measured costs)")
     parser.add_argument("--temperature", type=options.TEMPERATURE, default=None,
                         help="sampling temperature >= 0; 0 = greedy (default: run greedy and 0.8)")
     parser.add_argument("--top-p", type=options.TOP_P, default=0.95,
                         help="nucleus mass in (0, 1] for sampled runs (default 0.95)")
     parser.add_argument("--draft", choices=options.known_drafts() + ("all",), default=None,
-                        help="draft model (default: prompt-lookup and ngram)")
+                        help="draft model (default: prompt-lookup and neural+lookup, the draft trained here)")
     parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification)")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
@@ -226,7 +312,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args) -> int:
-    if args.K < 1:
+    if args.K is not None and args.K < 1:
         raise SystemExit(f"--K must be >= 1, got {args.K}")
     if args.max_new_tokens < 1:
         raise SystemExit(f"--max-new-tokens must be >= 1, got {args.max_new_tokens}")
@@ -241,7 +327,7 @@ def run(args) -> int:
                          f"exceeds the context of {model.config.context_length} tokens")
     settings = [(0.0, None), (0.8, args.top_p)] if args.temperature is None else \
         [(args.temperature, None if args.temperature == 0 else args.top_p)]
-    draft_names = ["prompt-lookup", "ngram"] if args.draft is None else \
+    draft_names = list(DEFAULT_DRAFTS) if args.draft is None else \
         list(DRAFTS) if args.draft == "all" else [args.draft]
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,

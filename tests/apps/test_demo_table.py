@@ -25,3 +25,40 @@ def test_predict_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_
     text = demo.table([ars, sps])
     assert ("timing noise" in text) is flagged
     assert text.splitlines()[3].endswith("x*") is flagged
+
+
+# ---------------------------------------------------------------- K chosen per draft from measured costs
+
+def pilot(alpha, draft_ms, examined=20):
+    stats = types.SimpleNamespace(alpha_hat=alpha, n_examined=examined, draft_ms_per_call=draft_ms,
+                                  target_ms_per_call=10.0)
+    return demo.Result("SpS", "neural+lookup", demo.PILOT_K, 0.8, 0.95, [1], stats)
+
+
+ZEN4_LIKE = [1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5]      # scoring K + 1 tokens, in decode steps
+AVX2_LIKE = [1.59, 1.75, 1.8, 1.9, 2.2, 2.3, 2.4, 2.5]
+
+
+def test_choose_K_takes_theorem_3_8_s_best_K_with_the_pilots_alpha_and_c():
+    base = run("ArS", 10.0)
+    choice = demo.choose_K(pilot(0.8, 0.2), base, ZEN4_LIKE)       # c = 0.2 ms / 10 ms
+    assert choice.c == pytest.approx(0.02) and choice.alpha == 0.8
+    assert (choice.K, choice.predicted) == speedup.best_gamma_measured(0.8, 0.02, ZEN4_LIKE)
+    assert choice.pays and f"K = {choice.K} predicts" in choice.why()
+    # the same draft on a CPU where scoring costs much more: a smaller K
+    assert demo.choose_K(pilot(0.8, 0.2), base, AVX2_LIKE).K < choice.K
+
+
+def test_where_no_K_pays_the_choice_says_so_and_gives_the_alpha_needed():
+    choice = demo.choose_K(pilot(0.4, 1.0), run("ArS", 10.0), AVX2_LIKE)
+    assert not choice.pays and choice.predicted < 1
+    assert 0.4 < choice.needed < 1 and choice.needed == pytest.approx(speedup.alpha_needed(0.1, AVX2_LIKE))
+    assert "no K pays" in choice.why() and f"alpha >= {choice.needed:.2f}" in choice.why()
+    r = run("SpS", 12.0, "neural+lookup", choice.K)
+    r.why_K = choice.why()
+    assert "no K pays" in demo.verdicts([r])[0] and "K per draft" in demo.table([run("ArS", 10.0), r])
+
+
+def test_a_pilot_that_examined_no_draft_counts_as_alpha_0():
+    choice = demo.choose_K(pilot(float("nan"), 0.0, examined=0), run("ArS", 10.0), ZEN4_LIKE)
+    assert choice.alpha == 0.0 and not choice.pays

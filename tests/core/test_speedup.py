@@ -142,3 +142,28 @@ def test_improvement_with_lengths_is_theorem_3_8_call_by_call():
 def test_improvement_with_lengths_rejects_bad_input(args, message):
     with pytest.raises(ValueError, match=message):
         speedup.improvement_with_lengths(*args)
+
+
+# ---------------------------------------------------------------- choosing K from measured costs
+
+def test_best_gamma_measured_is_the_argmax_of_theorem_3_8_with_measured_costs():
+    costs = [1.02, 1.10, 1.16, 1.20, 1.40, 1.45, 1.50, 1.55]     # scoring g + 1 tokens, in decode steps
+    for alpha, c in [(0.8, 0.0), (0.4, 0.1), (0.95, 0.02), (0.2, 0.3)]:
+        gamma, value = speedup.best_gamma_measured(alpha, c, costs)
+        brute = [speedup.walltime_improvement_measured(alpha, g, c, costs[g - 1]) for g in range(1, 9)]
+        assert gamma == 1 + int(np.argmax(brute)) and value == pytest.approx(max(brute))
+    # with free scoring (Leviathan's assumption) it is optimal_gamma over the same range
+    assert speedup.best_gamma_measured(0.8, 0.05, [1.0] * 8)[0] == speedup.optimal_gamma(0.8, 0.05, 8)
+    with pytest.raises(ValueError, match="one positive cost per gamma"):
+        speedup.best_gamma_measured(0.5, 0.1, [1.0, 0.0])
+
+
+def test_alpha_needed_is_the_break_even_of_the_best_gamma():
+    costs = [1.59, 1.9, 2.2, 2.5]                                 # an AVX2-only CPU: 2 tokens cost 1.59 steps
+    need = speedup.alpha_needed(0.1, costs)
+    assert 0 < need < 1
+    assert speedup.best_gamma_measured(need + 1e-6, 0.1, costs)[1] > 1 > speedup.best_gamma_measured(need - 1e-6, 0.1, costs)[1]
+    # K = 1 alone: 1 + alpha = c + s  ->  alpha = c + s - 1
+    assert speedup.alpha_needed(0.1, [1.59]) == pytest.approx(0.69, abs=1e-8)
+    assert speedup.alpha_needed(0.0, [0.9]) == 0.0                # cheaper than a decode step: any alpha
+    assert speedup.alpha_needed(1.0, [3.0, 4.0]) == float("inf")  # every call costs more than it can yield
