@@ -9,37 +9,12 @@ in the sense of `specref.protocol`: `draft(tokens) -> [n, V]` plus `next_probs(t
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Callable, Iterable
+from typing import Iterable
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specref.protocol import check_tokens
-
-
-# "neural" is the trained draft model of specref.smollm2.draft: it needs the target, so callers
-# that offer it pass a factory (the core knows nothing about a particular model).
-DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "ngram", "uniform", "neural", "neural+lookup")
-LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")  # the drafts that take lookup_n
-
-
-def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
-            lookup_n: int | None = None, neural: Callable[[], object] | None = None):
-    """The draft called `name` (one of DRAFTS); the n-gram is fitted on corpus(), the neural draft made by
-    neural(), each asked for only when needed; lookup_n is the prompt lookup's longest match (None: the
-    draft's own default, `PromptLookupDraft`)."""
-    n = {} if lookup_n is None else {"n": lookup_n}
-    if name in ("neural", "neural+lookup"):
-        if neural is None:
-            raise ValueError(f"the {name} draft needs its target: pass neural=, a function that returns the neural draft")
-        return neural() if name == "neural" else CopyOrModel(neural(), V, **n)
-    if name in ("prompt-lookup", "prompt-lookup-adaptive"):
-        return PromptLookupDraft(V, adaptive=name.endswith("adaptive"), **n)
-    if name == "ngram":
-        return NGramDraft.fit(corpus(), V, n=ngram_order)
-    if name == "uniform":
-        return UniformDraft(V)
-    raise ValueError(f"unknown draft {name!r}; expected one of {', '.join(DRAFTS)}")
 
 
 class _RowModel:

@@ -34,7 +34,7 @@ import numpy as np
 from specref import speedup
 from specref.apps import options
 from specref.apps.costs import scoring_and_stream_ms
-from specref.drafts import DRAFTS, by_name
+from specref.apps.named_drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
 from specref.apps.timing import VERIFIERS, timed_generation

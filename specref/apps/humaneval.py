@@ -70,7 +70,7 @@ from specref.fast import load_fast
 from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
-from specref.drafts import DRAFTS, LOOKUP_DRAFTS, by_name
+from specref.apps.named_drafts import DRAFTS, LOOKUP_DRAFTS, by_name
 from specref.files import write_text
 from specref.smollm2.draft import shipped_draft
 from specref.smollm2.fetch import fetch_pypi_member

@@ -4,7 +4,7 @@ argparse calls an option's `type=` function on its text, default strings include
 raises argparse.ArgumentTypeError, argparse prints the usage and one line naming the option,
 `python -m specref demo: error: argument --K: expected an integer from 1 to 64, got '0'`, and
 exits with status 2, before a model or a data set is loaded.  Nothing here imports NumPy, a model
-or matplotlib (the draft names are read from `specref.drafts.DRAFTS` only when a name is checked).
+or matplotlib.
 """
 
 from __future__ import annotations
@@ -91,10 +91,14 @@ def text(value: str) -> str:
     return value
 
 
+# The commands' draft names, the one list of them (`specref.apps.named_drafts.by_name` makes each draft)
+DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "ngram", "uniform", "neural", "neural+lookup")
+LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")  # the drafts that take lookup_n
+
+
 def known_drafts() -> tuple[str, ...]:
-    """The draft names SpS accepts: `specref.drafts.DRAFTS`, the one list of them."""
-    from specref.drafts import DRAFTS
-    return tuple(DRAFTS)
+    """The draft names SpS accepts: `DRAFTS`."""
+    return DRAFTS
 
 
 def draft_list(value: str) -> list[str]:

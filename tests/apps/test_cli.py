@@ -190,7 +190,7 @@ def test_a_bad_value_is_one_line_and_status_2_before_anything_runs(cli, capsys, 
 
 
 def test_good_values_reach_run_converted(monkeypatch, tmp_path):
-    from specref import drafts
+    from specref.apps import options as drafts
     cli = importlib.import_module("specref.__main__")
     seen = {}
     for command in COMMANDS:

@@ -13,7 +13,8 @@ import pytest
 from specref import speedup
 from specref.apps import humaneval as he
 from specref.smollm2 import weights
-from specref.drafts import NGramDraft, by_name
+from specref.apps.named_drafts import by_name
+from specref.drafts import NGramDraft
 from specref.sampling import RunStats
 from specref.smollm2.tokenizer import Tokenizer
 

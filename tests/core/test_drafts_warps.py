@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from specref import drafts, warps
+from specref.apps.named_drafts import by_name
 from specref.protocol import next_distributions
 
 
@@ -65,8 +66,8 @@ def test_adaptive_prompt_lookup_drafts_only_as_far_as_the_copy_reaches():
 
 def test_the_adaptive_draft_matches_longer_by_default_and_copies_from_the_right_turn_of_a_loop():
     assert drafts.PromptLookupDraft(10).n == 3 and drafts.PromptLookupDraft(10, adaptive=True).n == 8
-    assert drafts.by_name("prompt-lookup-adaptive", 10).n == 8 and drafts.by_name("prompt-lookup", 10).n == 3
-    assert drafts.by_name("prompt-lookup-adaptive", 10, lookup_n=3).n == 3
+    assert by_name("prompt-lookup-adaptive", 10).n == 8 and by_name("prompt-lookup", 10).n == 3
+    assert by_name("prompt-lookup-adaptive", 10, lookup_n=3).n == 3
     # a loop in which "1 2 3" recurs twice per turn, followed by 4 and then by 5:
     # 0 1 2 3 4 | 9 1 2 3 5 | 0 1 2 3 -> the turn continues with 4, which only a 4-token match finds
     x = np.array([0, 1, 2, 3, 4, 9, 1, 2, 3, 5, 0, 1, 2, 3])
