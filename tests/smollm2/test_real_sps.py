@@ -5,6 +5,7 @@
   (chi-square at level specref.proof.stats.LEVEL = 1e-3 over the top-k tokens, fixed seed),
   and the same test rejects broken verifiers (negative controls).
 - The demo's workloads run end to end and report consistent statistics.
+The first three take minutes on a 2-core machine: they are marked slow (`python3 -m pytest --slow`).
 """
 
 import argparse
@@ -30,6 +31,7 @@ def prompt_ids(smollm2):
     return [np.array(smollm2.tokenizer.chat([{"role": "user", "content": p}])) for p in PROMPTS]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("i", range(len(PROMPTS)))
 def test_greedy_sps_equals_greedy_ars(smollm2, prompt_ids, i):
     x = prompt_ids[i]
@@ -78,6 +80,7 @@ def _first_tokens(setup, verify, n=3000, seed=0):
                                   n, len(x), np.random.default_rng(seed))
 
 
+@pytest.mark.slow
 def test_first_sampled_token_has_the_target_law(first_token_setup):
     law, alpha = first_token_setup[3], first_token_setup[4]
     assert 0.2 < alpha < 0.95, f"alpha {alpha:.2f}: the test needs both accepts and rejects"
@@ -86,6 +89,7 @@ def test_first_sampled_token_has_the_target_law(first_token_setup):
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["always_accept", "resample_from_q"])
 def test_first_token_test_rejects_broken_verifiers(first_token_setup, name):
     stat, dof, pvalue = stats.chi_square_gof(_first_tokens(first_token_setup, broken.BROKEN[name]),
@@ -114,8 +118,21 @@ def test_demo_workloads_run_and_agree(smollm2, prompt_ids):
     assert len(demo.verdicts(results)) == 4
 
 
+@pytest.mark.slow
+def test_the_demo_chooses_K_per_draft_from_costs_measured_in_the_run(smollm2, prompt_ids):
+    """K = None: the scoring costs are measured, a pilot run measures alpha and c, K follows Theorem 3.8."""
+    lines = []
+    results = demo.run_workloads(smollm2, list(prompt_ids[1]), [(0.8, 0.95)], ["prompt-lookup"], None, 8, 0,
+                                 eos=smollm2.tokenizer.eos_id, log=lines.append)
+    assert any(line.startswith("  in decode steps: K=1 ") for line in lines)
+    sps = results[1]
+    assert 1 <= sps.K <= demo.K_CHOICES and sps.why_K.startswith("alpha ")
+    assert (f"K = {sps.K} predicts" in sps.why_K) or ("no K pays" in sps.why_K)
+    assert "K per draft" in demo.table(results)
+
+
 def test_demo_rejects_a_prompt_longer_than_the_context(smollm2, monkeypatch, capsys):
-    monkeypatch.setattr(demo, "load_smollm2", lambda cache_dir=None: smollm2)
+    monkeypatch.setattr(demo, "load_fast", lambda cache_dir=None, measure=False: smollm2)
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
     args = parser.parse_args(["--prompt", "word " * 9000, "--max-new-tokens", "4"])
