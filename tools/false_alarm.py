@@ -2,6 +2,7 @@
 
     python3 -m tools.false_alarm [--seeds 20]
     python3 -m tools.false_alarm --block [--seeds 200]   (block verification's tests only)
+    python3 -m tools.false_alarm --pooling [--draws 200000]   (the chi-square's bins alone, a few minutes)
 
 Re-runs the suite's own chi-square tests (the same cases, the same sample sizes, the same
 level specref.proof.stats.LEVEL) with fresh seeds instead of the fixed ones:
@@ -9,6 +10,12 @@ level specref.proof.stats.LEVEL) with fresh seeds instead of the fixed ones:
   (expected: LEVEL per test); the fraction below 0.05 and a KS test of the p-values'
   uniformity are printed too, since a rate of 1e-3 cannot be resolved with few seeds;
 - with each broken sampler, the fraction rejected is the power (should be 1).
+
+--pooling resolves the rate itself, for the bins alone: under a correct sampler the counts are a
+multinomial draw from the exact law, so Pearson's statistic over `stats.pooled_bins` is computed for
+many such draws (no sampler runs) for each law the suite and the conformance checker test against,
+and the fraction below LEVEL and below LEVEL / 11 (the checker's Bonferroni level) is printed: each
+should be near its level (binomial standard error about 0.07e-3 at LEVEL for 200 000 draws).
 """
 
 from __future__ import annotations
@@ -22,7 +29,7 @@ from scipy import stats as sps
 import tests.core.test_mrs as tm
 import tests.core.test_mrs_block as tb
 import tests.core.test_sampling as ts
-from specref.proof import broken, lossy, stats
+from specref.proof import broken, conform, lossy, stats
 from specref import mrs
 
 
@@ -62,13 +69,58 @@ def block(seeds) -> None:
     report("sequences lossy.verify_typical", [tb.sequence_pvalue(lossy.verify_typical, 3, s)[2] for s in seeds])
 
 
+def pooled_tail(law: dict, n: int, draws: int, rng: np.random.Generator) -> tuple[int, np.ndarray]:
+    """(dof, p-values of Pearson's statistic over stats.pooled_bins) for `draws` multinomial samples of n from law."""
+    bins = stats.pooled_bins(law, n)
+    keys = [k for b in bins for k in b]
+    rows = np.array([float(law[k]) for k in keys])
+    member = np.eye(len(bins))[np.repeat(np.arange(len(bins)), [len(b) for b in bins])]  # [outcomes, bins] 0/1
+    expected = n * (rows / rows.sum()) @ member  # [bins]
+    out = []
+    for start in range(0, draws, 20_000):
+        counts = rng.multinomial(n, rows / rows.sum(), size=min(20_000, draws - start))  # [draws, outcomes]
+        observed = counts @ member  # [draws, bins]
+        out.append(sps.chi2.sf(((observed - expected) ** 2 / expected).sum(axis=1), len(bins) - 1))
+    return len(bins) - 1, np.concatenate(out)
+
+
+def pooling(draws: int) -> None:
+    """The null tail of every law the suite's and the checker's chi-square checks use, by multinomial draws."""
+    laws = {f"test_mrs {c}": (stats.verify_law(*tm.CASES[c]), tm.N_SAMPLES) for c in tm.CASES}
+    laws |= {f"test_mrs_block {c}": (tb.block_law(*tb.CASES[c]), tb.N_SAMPLES) for c in tb.CASES}
+    laws["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
+    for algorithm in conform.ALGORITHMS:
+        for c in conform.cases(algorithm):
+            laws[f"conform {algorithm} {c.name}"] = (conform.call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
+        c = conform.accepted_count_case()
+        laws[f"conform {algorithm} accepted count"] = (
+            conform._count_marginal(conform.call_law(conform.CORRECT[algorithm], c.p, c.q)), c.n)
+    rng = np.random.default_rng(0)
+    print(f"{draws} multinomial draws per law, bins of stats.pooled_bins (MIN_EXPECTED = {stats.MIN_EXPECTED:g})")
+    rates = []
+    for name, (law, n) in laws.items():
+        dof, pv = pooled_tail(law, n, draws, rng)
+        rates.append((np.mean(pv < stats.LEVEL), np.mean(pv < stats.LEVEL / 11)))
+        print(f"  {name:38s} n={n:6d} dof={dof:3d}  below {stats.LEVEL:g}: {rates[-1][0]:.5f}  "
+              f"below {stats.LEVEL:g} / 11: {rates[-1][1]:.6f}", flush=True)
+    low, high = np.min(rates, axis=0), np.max(rates, axis=0)
+    print(f"  range over the laws: {low[0]:.5f} to {high[0]:.5f} below {stats.LEVEL:g}; "
+          f"{low[1]:.6f} to {high[1]:.6f} below {stats.LEVEL:g} / 11")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20, help="fresh seeds per test (default 20)")
     ap.add_argument("--block", action="store_true", help="only block verification's tests")
+    ap.add_argument("--pooling", action="store_true", help="only the chi-square's bins, by multinomial draws")
+    ap.add_argument("--draws", type=int, default=200_000, help="draws per law with --pooling (default 200000)")
     args = ap.parse_args()
     seeds = range(10_000, 10_000 + args.seeds)
     t0 = time.time()
+    if args.pooling:
+        pooling(args.draws)
+        print(f"\n{time.time() - t0:.0f} s")
+        return
     if args.block:
         block(seeds)
         print(f"\n{time.time() - t0:.0f} s")

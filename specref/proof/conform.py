@@ -62,11 +62,6 @@ LOG_MARGIN = float(np.log(1e6))
 FIT_LEVEL = 1e-6
 # Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
 FLOOR = 1e-12
-# Outcomes expected fewer times than this are pooled into one bin before the chi-square.  The suite
-# pools below 5 and tests at 1e-3; at this run's 1e-3 / 11 the tail of Pearson's statistic is heavier
-# than chi-square's when many bins expect 5 to 20 (a first measurement over fresh seeds failed 1 of
-# 9 correct runs, on the sequence check, p = 4.4e-5); 20 keeps the tail close to chi-square's.
-MIN_EXPECTED = 20.0
 # Samples per one-call check, per large-vocabulary check, and runs per whole-sequence check.
 N_CALLS = 20_000
 N_LARGE_V = 3_000
@@ -503,27 +498,6 @@ def _form_check(watched: Watched, name: str) -> Check:
 
 # ---------------------------------------------------------------- the checks
 
-def pooled(counts: Counter, law: dict) -> tuple[Counter, dict]:
-    """Counts and law with every outcome the law expects fewer than MIN_EXPECTED times merged into one ("pooled",).
-
-    An observed outcome the law calls impossible stays apart (the chi-square then gives p = 0).
-    """
-    n = sum(counts.values())
-    small = {k for k, v in law.items() if 0 < n * v < MIN_EXPECTED}
-    if len(small) < 2:
-        return counts, law
-    law_out = {k: v for k, v in law.items() if k not in small}
-    law_out[("pooled",)] = sum(law[k] for k in small)
-    counts_out = Counter({k: c for k, c in counts.items() if k not in small})
-    counts_out[("pooled",)] = sum(counts.get(k, 0) for k in small)
-    return counts_out, law_out
-
-
-def chi_square(counts: Counter, law: dict) -> tuple[float, int, float]:
-    """stats.chi_square_gof after pooling the outcomes expected fewer than MIN_EXPECTED times."""
-    return stats.chi_square_gof(*pooled(counts, law))
-
-
 def log_likelihood(counts: Counter, law: dict) -> float:
     """log P(counts | law), up to the multinomial coefficient; an impossible outcome counts as probability FLOOR."""
     return float(sum(c * np.log(max(law.get(k, 0.0), FLOOR)) for k, c in counts.items()))
@@ -537,7 +511,7 @@ def _diagnose(counts: Counter, correct: dict, signature_laws: dict) -> tuple[str
     ranked = sorted(ll, key=ll.get, reverse=True)
     best = ranked[0]
     others = max([ll[n] for n in ranked[1:]] + [log_likelihood(counts, correct)])
-    fits = chi_square(counts, signature_laws[best])[2] > FIT_LEVEL
+    fits = stats.chi_square_gof(counts, signature_laws[best])[2] > FIT_LEVEL
     if ll[best] - others >= LOG_MARGIN and fits:
         return best, ll
     near = [n for n in ranked if ll[best] - ll[n] < LOG_MARGIN]
@@ -553,7 +527,7 @@ def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: li
     law = call_law(correct_law, case.p, case.q)
     if marginal is not None:
         counts, law = marginal(counts), marginal(law)
-    stat, dof, pvalue = chi_square(counts, law)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
     check = Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof}", pvalue, level, case.n)
     scores = {}
     if not check.passed:
@@ -590,7 +564,7 @@ def _sequence_check(verifier, K: int, level: float, rng, runs: int = N_SEQUENCES
         return sampling.speculative_sampling(SEQ_PROMPT, draft, target, SEQ_N, K, r, verify=verifier)
 
     counts = stats.sample_sequences(run, runs, len(SEQ_PROMPT), rng)
-    stat, dof, pvalue = chi_square(counts, law)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
     return Check(f"sequences K={K}", "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} "
                  f"(all {SEQ_V ** SEQ_N} sequences of {SEQ_N} tokens, Markov-chain target)", pvalue, level,
                  runs, seconds=time.perf_counter() - start)

@@ -225,13 +225,3 @@ def test_total_variation_and_count_marginal():
     law = {(0,): 0.5, (1,): 0.5}
     assert conform.total_variation(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
     assert conform._count_marginal({(1, 2): 0.25, (3,): 0.5, (0, 1, 2): 0.25}) == {(1,): 0.25, (0,): 0.5, (2,): 0.25}
-
-
-def test_rare_outcomes_are_pooled_before_the_chi_square():
-    law = {(0,): 0.5, (1,): 0.49, (2,): 0.006, (3,): 0.004}
-    counts = Counter({(0,): 500, (1,): 488, (2,): 7, (3,): 5})
-    c, l = conform.pooled(counts, law)  # n = 1000: outcomes 2 and 3 expect 6 and 4 < MIN_EXPECTED
-    assert l == pytest.approx({(0,): 0.5, (1,): 0.49, ("pooled",): 0.01}) and c == {(0,): 500, (1,): 488, ("pooled",): 12}
-    impossible = Counter({**counts, (4,): 1})  # an outcome the law calls impossible stays apart: p = 0
-    assert conform.chi_square(impossible, law)[2] == 0.0
-    assert conform.pooled(Counter({(0,): 10}), {(0,): 1.0}) == (Counter({(0,): 10}), {(0,): 1.0})

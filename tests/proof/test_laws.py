@@ -95,10 +95,37 @@ def test_chi_square_matches_scipy_when_no_cell_is_pooled():
 def test_chi_square_pools_rare_cells_and_calls_impossible_outcomes_impossible():
     law = {(0,): 0.6, (1,): 0.399, (2,): 0.0005, (3,): 0.0005}
     stat, dof, _ = stats.chi_square_gof(Counter({(0,): 600, (1,): 399, (2,): 1}), law)
-    assert dof == 2  # cells 2 and 3 expect 0.5 each: pooled into one
+    assert dof == 1  # cells 2 and 3 expect 0.5 each: pooled, and with cell 1 since together they expect 1 < MIN_EXPECTED
     assert stats.chi_square_gof(Counter({(0,): 10, (9,): 1}), law) == (float("inf"), 0, 0.0)
     with pytest.raises(ValueError, match="no observations"):
         stats.chi_square_gof(Counter(), law)
+
+
+def test_pooled_bins():
+    law = {(0,): 0.5, (1,): 0.45, (2,): 0.03, (3,): 0.01, (4,): 0.006, (5,): 0.004, (6,): 0.0}
+    # n = 1000: outcomes 5, 4, 3 expect 4, 6, 10 (pooled: 20); 2 expects 30, alone; 6 is impossible (no bin)
+    assert stats.pooled_bins(law, 1000) == [[(5,), (4,), (3,)], [(2,)], [(1,)], [(0,)]]
+    # n = 500: the pool of 5, 4, 3 expects only 10, so 2 (15) joins it
+    assert stats.pooled_bins(law, 500) == [[(5,), (4,), (3,), (2,)], [(1,)], [(0,)]]
+    assert stats.pooled_bins(law, 10**6) == [[k] for k in [(5,), (4,), (3,), (2,), (1,), (0,)]]
+    assert stats.pooled_bins({(0,): 1.0}, 10) == [[(0,)]]  # everything in one bin: the chi-square gives p = 1
+    assert stats.chi_square_gof(Counter({(0,): 10}), {(0,): 1.0}) == (0.0, 0, 1.0)
+
+
+def test_a_pool_of_rare_outcomes_keeps_the_stated_false_alarm_rate():
+    """A law like the suite's sharp rows (twenty outcomes that together expect 0.34 of 20 000 draws).
+
+    If the rare outcomes were a bin of their own, three of them in a sample (chance 0.5%) would give
+    p < LEVEL: about 50 alarms in these 10 000 samples.  Pooled with the next rarest as MIN_EXPECTED
+    asks, about LEVEL * 10 000 = 10; more than 22 has chance 3e-4 for a test at the stated rate.
+    """
+    rare = np.full(20, 0.34 / 20 / 20_000)
+    rows = np.concatenate([[0.98, 0.02 - rare.sum()], rare])
+    law = {(i,): float(w) for i, w in enumerate(rows)}
+    rng = np.random.default_rng(17)
+    alarms = sum(stats.chi_square_gof(Counter({(i,): int(c) for i, c in enumerate(draw) if c}), law)[2] < stats.LEVEL
+                 for draw in rng.multinomial(20_000, rows, size=10_000))
+    assert alarms <= 22, alarms
 
 
 def test_chi_square_false_alarm_rate_and_power_at_the_stated_level():
