@@ -185,6 +185,7 @@ def test_draft_cache_after_rollbacks_equals_a_recompute(smollm2, prompt):
     assert np.abs(stale - got).max() > 1e-6
 
 
+@pytest.mark.slow
 def test_greedy_sps_with_the_neural_draft_equals_greedy_ars(smollm2, prompt):
     target = Warped(smollm2, 0.0)
     draft = Warped(nd.shipped_draft(smollm2), 0.0)
@@ -244,6 +245,7 @@ def _first_tokens(smollm2, prompt, setup, verify, n=2000, seed=0):
                                   n, len(prompt), np.random.default_rng(seed))
 
 
+@pytest.mark.slow
 def test_first_sampled_token_with_the_neural_draft_has_the_target_law(smollm2, prompt, first_token_setup):
     _, _, law, alpha = first_token_setup
     assert 0.1 < alpha < 0.99, f"alpha {alpha:.2f}: the test needs both accepts and rejects"
@@ -252,6 +254,7 @@ def test_first_sampled_token_with_the_neural_draft_has_the_target_law(smollm2, p
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["always_accept", "resample_from_q"])
 def test_first_token_test_rejects_broken_verifiers_with_the_neural_draft(smollm2, prompt, first_token_setup, name):
     counts = _first_tokens(smollm2, prompt, first_token_setup, broken.BROKEN[name])
@@ -262,6 +265,7 @@ def test_first_token_test_rejects_broken_verifiers_with_the_neural_draft(smollm2
 
 # ---- training --------------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
     """A small configuration started from zero (uniform over the kept tokens): training must raise the
     held-out alpha (lower TV = 1 - alpha) well above where it started, on text it never saw."""
