@@ -11,9 +11,9 @@ Options are checked as they are read (types in `specref.apps.options`, and a mod
 
 BLAS threads: OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported, so this module
 sets it before anything imports NumPy (notebook 05 sets it the same way, so that it runs the
-model as the commands do and uses the plan they measured).  It is 1 unless the environment sets
-it (the model's small products never gain from threads, and on a shared 2-core machine
-OpenBLAS's spinning worker threads made prefill 3x slower; see specref.smollm2.model);
+model as the commands do).  It is 1 unless the environment sets it (the fast path's small
+products never gain from BLAS threads, it splits products over the cores itself, and on a shared
+2-core machine OpenBLAS's spinning worker threads made prefill 3x slower; see specref.fast.plan);
 `bench --blas-threads N` sets it to N; `train-draft` uses every core unless told otherwise.
 """
 
