@@ -91,10 +91,10 @@ def pooling(draws: int) -> None:
     laws["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
     for algorithm in conform.ALGORITHMS:
         for c in conform.cases(algorithm):
-            laws[f"conform {algorithm} {c.name}"] = (conform.call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
+            laws[f"conform {algorithm} {c.name}"] = (stats.rows_call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
         c = conform.accepted_count_case()
         laws[f"conform {algorithm} accepted count"] = (
-            conform._count_marginal(conform.call_law(conform.CORRECT[algorithm], c.p, c.q)), c.n)
+            conform._count_marginal(stats.rows_call_law(conform.CORRECT[algorithm], c.p, c.q)), c.n)
     rng = np.random.default_rng(0)
     print(f"{draws} multinomial draws per law, bins of stats.pooled_bins (MIN_EXPECTED = {stats.MIN_EXPECTED:g})")
     rates = []

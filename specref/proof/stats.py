@@ -66,28 +66,6 @@ def chi_square_gof(counts: Counter, law: dict) -> tuple[float, int, float]:
     return stat, dof, float(sps.chi2.sf(stat, dof))
 
 
-def verify_law(p: np.ndarray, q: np.ndarray) -> dict[tuple, float]:  # [K, V], [K+1, V] -> law
-    """Exact law of verify's output when draft t is drawn from the fixed row p[t].
-
-    Accepting a prefix x_1..x_a has probability prod_t min(p_t, q_t)(x_t); then either
-    position a is rejected (probability 1 - alpha_a) and y ~ residual_a, or a = K and
-    the bonus y ~ q_K.
-    """
-    K, V = p.shape
-    m = np.minimum(p, q[:K])  # [K, V] probability that position t drafts x and accepts it
-    law = {}
-    for a in range(K + 1):
-        last = q[K] if a == K else (1.0 - m[a].sum()) * mrs.residual(p[a], q[a])  # [V]
-        for prefix in itertools.product(range(V), repeat=a):
-            w = float(np.prod([m[t, x] for t, x in enumerate(prefix)]))
-            if w == 0.0:
-                continue
-            for y in range(V):
-                if last[y] > 0:
-                    law[prefix + (y,)] = w * float(last[y])
-    return law
-
-
 def accepted_count_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K, V], [K+1, V] -> [K+1]
     """P(a draft tokens accepted), a = 0..K: prod_{t<a} alpha_t * (1 - alpha_a), alpha_K := 0."""
     alpha = np.append(np.minimum(p, q[: len(p)]).sum(axis=-1), 0.0)  # [K+1]
@@ -182,35 +160,77 @@ def _excess(w, q_row, p_row):  # max(0, w q - p), elementwise
     return [max(0 * v, w * v - u) for u, v in zip(p_row, q_row)]
 
 
-def token_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], [K][V], [K+1][V] -> law
-    """Law of `mrs.verify`'s output for fixed drafts, over its uniforms: P(accept x_1..x_a) = prod min(1, q/p), then residual or bonus."""
-    K = len(x_draft)
-    law, path = {}, 1
-    for a in range(K + 1):
-        if a == K:
-            last, weight = q[K], path  # all accepted: the bonus from q_{K+1}
-        else:
-            x = x_draft[a]
-            accept = min(1, q[a][x] / p[a][x])
-            excess = _excess(1, q[a], p[a])
-            last = excess if sum(excess) > 0 else q[a]
-            weight = path * (1 - accept)  # accepted x_1..x_a, rejected x_{a+1}
-        if weight > 0:
-            for y, v in enumerate(_normalised(last)):
-                if v > 0:
-                    law[tuple(x_draft[:a]) + (y,)] = weight * v
-        if a < K:
-            path = path * accept
+def stopped_law(kept, stopping, last) -> dict[tuple, object]:  # [K], [K+1], [K+1] rows or None -> law
+    """Law of a call that keeps the drafts kept[:tau] with probability stopping[tau], then draws one token
+    from the weights last[tau] (normalised here; None: no token).  Every verifier's law below is one."""
+    law = {}
+    for tau, weight in enumerate(stopping):
+        if not weight > 0:
+            continue
+        prefix = tuple(int(x) for x in kept[:tau])
+        if last[tau] is None:
+            law[prefix] = law.get(prefix, 0) + weight
+            continue
+        for y, v in enumerate(_normalised(last[tau])):
+            if v > 0:
+                law[prefix + (y,)] = law.get(prefix + (y,), 0) + weight * v
     return law
 
 
-def block_weights(x_draft, p, q) -> tuple[list, list, list]:  # [K], [K][V], [K+1][V] -> w [K+1], h [K+1], r [K][V]
-    """Block verification's w_i, h_i and unnormalised residuals r_i (steps 1-2 of docs/block_verification.md), i = 0..K."""
+def token_call_law(x_draft, p, q, ratio=None, resample=None, bonus_row=None, propose=None) -> dict[tuple, object]:
+    """Law of `mrs.verify`'s output for fixed drafts, over its uniforms: x_t is kept with probability
+    min(1, q_t(x_t) / p_t(x_t)); at the first rejection one token from max(0, q_t - p_t) (q_t where that is
+    all zero); if every draft is kept, the bonus token from q_K.  [K], [K][V], [K+1][V] -> law.
+
+    Each of the four pieces can be swapped (the bugs of `specref.proof.broken` and the lossy rules do):
+    ratio(p_t, q_t, x), kept with probability min(1, ratio); resample(p_t, q_t, x), the weights drawn
+    from after rejecting x; bonus_row(K), the row of the bonus token (None: no bonus); propose(p_t, x),
+    the token verified in place of the draft x.
+    """
     K = len(x_draft)
-    w = [1 + 0 * q[0][0]]  # w_0 = 1 (a Fraction when the rows are Fractions)
-    for i in range(1, K + 1):
-        x = x_draft[i - 1]
-        w.append(min(1, w[-1] * q[i - 1][x] / p[i - 1][x]))  # w_i = min(1, w_{i-1} q_i(x_i) / p_i(x_i))
+    kept = [x if propose is None else propose(p[t], x) for t, x in enumerate(x_draft)]
+    stopping, last, path = [], [], 1
+    for t, x in enumerate(kept):
+        accept = min(1, q[t][x] / p[t][x] if ratio is None else ratio(p[t], q[t], x))
+        stopping.append(path * (1 - accept))  # kept x_1..x_t-1, rejected x_t
+        if resample is not None:
+            last.append(resample(p[t], q[t], x) if stopping[-1] > 0 else None)
+        else:
+            excess = _excess(1, q[t], p[t])
+            last.append(excess if sum(excess) > 0 else q[t])
+        path = path * accept
+    bonus = K if bonus_row is None else bonus_row(K)
+    return stopped_law(kept, stopping + [path], last + [None if bonus is None else q[bonus]])
+
+
+def lenient_call_law(x_draft, p, q, lenience) -> dict[tuple, object]:  # [K], [K][V], [K+1][V] -> law
+    """Law of `mrs.verify_lenient`'s output for fixed drafts: `token_call_law` with the ratio q / (l p) (LOSSY for l < 1)."""
+    return token_call_law(x_draft, p, q, ratio=lambda p_t, q_t, x: q_t[x] / (lenience * p_t[x]))
+
+
+def first_max(row) -> int:
+    """The id of a row's largest score, the lowest id on a tie (as np.argmax and `mrs.verify_greedy` break them)."""
+    row = list(row)
+    return row.index(max(row))
+
+
+def greedy_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], unused, [K+1][V] scores -> law
+    """Law of `mrs.verify_greedy`'s output (it looks at the target's scores only; p is not used): with probability 1,
+    the drafts while each is its row's `first_max`, then the next row's."""
+    best = [first_max(row) for row in q]
+    n = next((t for t, x in enumerate(x_draft) if x != best[t]), len(x_draft))
+    return {tuple(int(x) for x in x_draft[:n]) + (best[n],): 1}
+
+
+def block_weights(x_draft, p, q, w=None) -> tuple[list, list, list]:  # [K], [K][V], [K+1][V] -> w [K+1], h [K+1], r [K][V]
+    """Block verification's w_i, h_i and unnormalised residuals r_i (steps 1-2 of docs/block_verification.md), i = 0..K."""
+    # Given w (a misreading's weights, `broken.w_not_carried`), only r and h are computed, from it.
+    K = len(x_draft)
+    if w is None:
+        w = [1 + 0 * q[0][0]]  # w_0 = 1 (a Fraction when the rows are Fractions)
+        for i in range(1, K + 1):
+            x = x_draft[i - 1]
+            w.append(min(1, w[-1] * q[i - 1][x] / p[i - 1][x]))  # w_i = min(1, w_{i-1} q_i(x_i) / p_i(x_i))
     r = [_excess(w[i], q[i], p[i]) for i in range(K)]  # r_i = max(0, w_i q_{i+1} - p_{i+1}), i = 0..K-1
     h = [1 + 0 * w[0]]  # h_0 = 1
     for i in range(1, K):
@@ -233,15 +253,7 @@ def block_call_law(x_draft, p, q) -> dict[tuple, object]:  # [K], [K][V], [K+1][
     """Law of `mrs.verify_block`'s output for fixed drafts, over its uniforms: tau by `stopping_law`, then the w_tau-residual or the bonus."""
     K = len(x_draft)
     w, h, r = block_weights(x_draft, p, q)
-    law = {}
-    for tau, weight in enumerate(stopping_law(h)):
-        if weight <= 0:
-            continue
-        last = q[K] if tau == K else (r[tau] if sum(r[tau]) > 0 else q[tau])
-        for y, v in enumerate(_normalised(last)):
-            if v > 0:
-                law[tuple(x_draft[:tau]) + (y,)] = weight * v
-    return law
+    return stopped_law(x_draft, stopping_law(h), [r[i] if sum(r[i]) > 0 else q[i] for i in range(K)] + [q[K]])
 
 
 def call_law(law_given_drafts: Callable, draft_row: Callable, target_row: Callable, K: int, V: int) -> dict[tuple, object]:
@@ -268,6 +280,23 @@ def call_law(law_given_drafts: Callable, draft_row: Callable, target_row: Callab
 def fixed_rows(rows) -> Callable:
     """The row function of a context-independent model position by position: prefix -> rows[len(prefix)]."""
     return lambda prefix: rows[len(prefix)]
+
+
+def rows_call_law(law_given_drafts: Callable, p: np.ndarray, q: np.ndarray) -> dict[tuple, float]:  # [K, V], [K+1, V]
+    """`call_law` with the drafts drawn from the fixed rows p[t], summed over the tokens where p or q has mass.
+
+    A large vocabulary with few live tokens costs what a small one does; outputs are in the vocabulary's own ids.
+    """
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    K, V = p.shape
+    live = np.flatnonzero((p > 0).any(axis=0) | (q > 0).any(axis=0))  # [S] ids with mass somewhere
+    law = call_law(law_given_drafts, fixed_rows(p[:, live]), fixed_rows(q[:, live]), K, len(live))
+    return {tuple(int(live[i]) for i in out): float(v) for out, v in law.items()}
+
+
+def verify_law(p: np.ndarray, q: np.ndarray) -> dict[tuple, float]:  # [K, V], [K+1, V] -> law
+    """Exact law of `mrs.verify`'s output when draft t is drawn from the fixed row p[t]: `token_call_law` over every draft block."""
+    return rows_call_law(token_call_law, p, q)
 
 
 def continued_law(law: dict, target_row: Callable, length: int) -> dict[tuple, object]:

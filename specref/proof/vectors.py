@@ -8,7 +8,8 @@ the order the module docstring of specref/mrs.py states (copied into the JSON as
 
 Every expected output is computed twice: by specref.mrs, and by `exact_walk` below, an
 independent replay of the documented rule in exact rational arithmetic (fractions.Fraction
-of the float64 inputs; block verification's weights by `specref.proof.stats.block_weights`).  The generator refuses to write a vector on which the two disagree,
+of the float64 inputs; block verification's weights by `specref.proof.stats.block_weights`, greedy's
+tokens by `stats.greedy_call_law`).  The generator refuses to write a vector on which the two disagree,
 or whose uniforms lie within MARGIN of a decision boundary (an accept ratio, or a step
 (d[0] + ... + d[i]) / sum(d) of an inverse CDF), so float rounding in any implementation
 cannot change a vector's tokens.
@@ -129,13 +130,8 @@ def _inverse_cdf(w: list[Fraction], u: Fraction) -> tuple[int, Fraction]:  # wei
 def exact_walk(case: dict) -> tuple[dict, list[str], float]:
     """Replay a vector by the documented rule in exact arithmetic: (outputs, trace, smallest margin of its uniforms)."""
     if case["function"] == "verify_greedy":
-        best = [row.index(max(row)) for row in case["q"]]  # the first maximum: ties go to the lowest id
-        tokens = []
-        for t, x in enumerate(case["x_draft"]):
-            if x != best[t]:
-                break
-            tokens.append(x)
-        tokens.append(best[len(tokens)])
+        best = [stats.first_max(row) for row in case["q"]]  # ties go to the lowest id
+        (tokens,) = map(list, stats.greedy_call_law(case["x_draft"], None, case["q"]))  # its one output
         trace = [f"target argmax per position {best}: the first {len(tokens) - 1} drafts match"]
         return {"tokens": tokens}, trace, float("inf")
     if case["function"] == "verify_block":

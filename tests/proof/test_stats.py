@@ -15,13 +15,32 @@ def _rows(seed, K, V, conc=1.0):
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_token_call_law_over_all_drafts_is_verify_law(seed):
-    p, q = _rows(seed, 3, 3, 0.5)
-    p[0] = [0.0, 0.5, 0.5]
-    law = stats.call_law(stats.token_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 3, 3)
-    reference = stats.verify_law(p, q)
-    assert law.keys() == reference.keys()
-    assert max(abs(law[k] - reference[k]) for k in law) < 1e-15
+def test_lenient_call_law(seed):
+    p, q = _rows(seed, 1, 4, 0.5)
+    exact_p, exact_q = [[Fraction(v) for v in row] for row in p], [[Fraction(v) for v in row] for row in q]
+    for x in range(4):  # l = 1 is token-level verification, exactly
+        assert stats.lenient_call_law([x], exact_p, exact_q, 1) == stats.token_call_law([x], exact_p, exact_q)
+    for lenience in (0.8, 0.5, 0.2):  # the first token's law: min(p, q / l) + (1 - alpha_l) residual (Leviathan A.5)
+        first = np.zeros(4)
+        for out, v in stats.rows_call_law(lambda x, p_, q_: stats.lenient_call_law(x, p_, q_, lenience), p, q).items():
+            first[out[0]] += v
+        alpha = mrs.lenient_acceptance_rate(p[0], q[0], lenience)
+        np.testing.assert_allclose(first, np.minimum(p[0], q[0] / lenience) + (1 - alpha) * mrs.residual(p[0], q[0]),
+                                   atol=1e-15)
+
+
+def test_greedy_call_law_is_verify_greedys_output():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        K, V = int(rng.integers(1, 4)), int(rng.integers(2, 5))
+        q = rng.integers(0, 3, size=(K + 1, V)).astype(float)  # small integer scores: many ties
+        x = rng.integers(0, V, size=K)
+        assert stats.greedy_call_law(x.tolist(), None, q.tolist()) == {tuple(mrs.verify_greedy(x, q).tolist()): 1}
+    # a one-hot target is greedy decoding: token-level verification gives greedy's output, whatever the draft
+    p, _ = _rows(3, 3, 4)
+    one_hot = np.eye(4)[[2, 0, 3, 1]]
+    assert stats.rows_call_law(stats.token_call_law, p, one_hot) == \
+        pytest.approx(stats.rows_call_law(stats.greedy_call_law, p, one_hot), abs=1e-15)
 
 
 @pytest.mark.parametrize("seed", range(5))
