@@ -6,8 +6,8 @@ False alarms: `conform.check` on mrs.verify (token) and mrs.verify_block (block)
 10000, 10001, ...: the fraction of runs that fail is the run's false-alarm rate (at most
 conform.FAMILY_LEVEL = 1e-3 by Bonferroni); since 1e-3 cannot be resolved with a few dozen runs,
 the p-values of every chi-square check are pooled and their uniformity is tested too (fraction
-below 0.05 and 0.01, Kolmogorov-Smirnov).  Power: every known bug (conform.KNOWN_BUGS: the samplers
-of specref.proof.broken and the lossy verifiers, checked as each algorithm whose diagnosis knows
+below 0.05 and 0.01, Kolmogorov-Smirnov).  Power: every known bug (conform.KNOWN_BUGS: the bugs
+of specref.proof.broken and lossy.LOSSY, each sampled, checked as each algorithm whose diagnosis knows
 them, and each exact verifier checked as the other algorithm) with seeds 20000, ...: the fraction
 of runs that fail, and the fraction whose run-level diagnosis names the bug.  The exact tier is deterministic
 (no seed reaches it), so it is left out of the false-alarm runs and kept in the power runs.
@@ -51,12 +51,12 @@ def false_alarms(seeds) -> dict:
 
 def power(seeds) -> dict:
     out = {}
-    for name, (f, algorithm, expected) in conform.KNOWN_BUGS.items():
+    for name, (bug, algorithm) in conform.KNOWN_BUGS.items():
         failed, named = 0, 0
         for seed in seeds:
-            report = conform.check(f, algorithm=algorithm, seed=seed)
+            report = conform.check(bug, algorithm=algorithm, seed=seed)
             failed += not report.passed
-            named += report.diagnosis.startswith(expected + ":")
+            named += report.diagnosis.startswith(bug.name + ":")
             print(f"  {name} seed {seed}: {'pass' if report.passed else 'FAIL'} "
                   f"({len(report.failed)} checks) diagnosis: {report.diagnosis[:90]}", flush=True)
         out[name] = {"runs": len(seeds), "rejected": failed, "diagnosed": named}

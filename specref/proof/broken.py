@@ -1,90 +1,77 @@
 """Deliberately broken variants of `specref.mrs.verify` and `specref.mrs.verify_block`: the negative controls.
 
-Each has verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens`.  The
-token-level ones (BROKEN) reproduce bugs seen in public implementations; the block ones
-(BROKEN_BLOCK) are plausible misreadings of block verification, each of which breaks exactness
-(shown by enumeration in the suite) and each carrying its own exact law, `.law(x_draft, p, q)`.  The distribution tests in
-`tests/` and notebook 03 must reject every one of them; a test that cannot tell them
-from the real `verify` proves nothing.  Chen's letters: p = draft, q = target.
+Each is a `Bug`, defined once: called with verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng)
+-> tokens` it samples, `.law(x_draft, p, q)` is its exact output law for fixed drafts (like
+`stats.token_call_law`), and `.about` says what it does (the conformance checker's diagnosis).  The
+token-level ones (BROKEN) reproduce bugs seen in public implementations; most swap one of the four
+pieces of `stats.token_call_law`, and their sampler and law are made from that same piece.  The block
+ones (BROKEN_BLOCK) are plausible misreadings of block verification, each of which breaks exactness
+(shown by enumeration in the suite).  The distribution tests in `tests/` and notebook 03 must reject
+every one of them; a test that cannot tell them from the real `verify` proves nothing.  Chen's
+letters: p = draft, q = target.
 """
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 
-from specref.mrs import residual, sample
+from specref import mrs
 from specref.proof import stats
 
 
-def _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / p[x], resample=residual,
-          bonus_row=lambda K: K, propose=lambda p_t, x: int(x)):
-    """verify's loop with one piece swappable; the defaults are the correct MRS."""
+class Bug:
+    """A known way to get verification wrong: call it like `mrs.verify` to sample it; `.law(x_draft, p, q)` is its exact law."""
+
+    def __init__(self, name: str, about: str, sample: Callable | None = None, law: Callable | None = None):
+        self.name = self.__name__ = self.__qualname__ = name
+        self.about = self.__doc__ = about
+        if sample is not None:
+            self.sample = sample
+        if law is not None:
+            self.law = law
+
+    def __call__(self, x_draft, p, q, rng):
+        return self.sample(x_draft, p, q, rng)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+def _loop(x_draft, p, q, rng, ratio=None, resample=None, bonus_row=None, propose=None):
+    """verify's loop with the pieces of `stats.token_call_law` (None: verify's own), drawing verify's uniforms."""
     out = []
     for t, x in enumerate(x_draft):
-        x = propose(p[t], x)
-        if rng.random() < ratio(p[t], q[t], x):
+        x = int(x) if propose is None else propose(p[t], x)
+        if rng.random() < (q[t][x] / p[t][x] if ratio is None else ratio(p[t], q[t], x)):
             out.append(x)
-        else:
-            return np.array(out + [sample(resample(p[t], q[t]), rng)])
-    K = len(x_draft)
-    return np.array(out + [sample(q[bonus_row(K)], rng)]) if bonus_row(K) is not None else np.array(out)
-
-
-def always_accept(x_draft, p, q, rng):
-    """Accepts every draft token: the output follows the draft, not the target."""
-    return _loop(x_draft, p, q, rng, ratio=lambda p, q, x: np.inf)
-
-
-def ratio_inverted(x_draft, p, q, rng):
-    """Accepts with min(1, p/q) instead of min(1, q/p) (the letters swapped between the papers)."""
-    return _loop(x_draft, p, q, rng, ratio=lambda p, q, x: p[x] / q[x] if q[x] > 0 else np.inf)
-
-
-def resample_from_q(x_draft, p, q, rng):
-    """After a rejection draws from q itself instead of the residual (q - p)_+."""
-    return _loop(x_draft, p, q, rng, resample=lambda p, q: q)
-
-
-def no_bonus(x_draft, p, q, rng):
-    """Returns only the K drafts when all are accepted, dropping the bonus token from q[K]."""
-    return _loop(x_draft, p, q, rng, bonus_row=lambda K: None)
-
-
-def bonus_wrong_row(x_draft, p, q, rng):
-    """Draws the bonus token from q[K-1] (the last draft's position) instead of q[K]."""
-    return _loop(x_draft, p, q, rng, bonus_row=lambda K: K - 1)
-
-
-def greedy_draft_softmax_ratio(x_draft, p, q, rng):
-    """The draft proposes its argmax token but the ratio uses its softmax probability p(x);
-    the draft was really one-hot, so the ratio should have used p(x) = 1."""
-    return _loop(x_draft, p, q, rng, propose=lambda p_t, x: int(np.argmax(p_t)))
-
-
-def one_uniform_reused(x_draft, p, q, rng):
-    """Draws one uniform per call and reuses it for every decision and draw (what reseeding
-    the generator inside the loop does): the accept decisions become dependent."""
-    u = rng.random()
-
-    class Frozen:  # a generator that always returns the same number
-        def random(self):
-            return u
-
-    return _loop(x_draft, p, q, Frozen())
-
-
-def residual_only_rejected_entry(x_draft, p, q, rng):
-    """After rejecting x draws from q with only x's own entry adjusted (max(0, q(x) - p(x)) = 0),
-    the other entries left at q(y) instead of max(0, q(y) - p(y))."""
-    out = []
-    for t, x in enumerate(x_draft):
-        if rng.random() < q[t][x] / p[t][x]:
-            out.append(int(x))
             continue
-        r = np.array(q[t], dtype=np.float64)
-        r[x] = 0.0  # the one entry adjusted
-        return np.array(out + [sample(r, rng)])
-    return np.array(out + [sample(q[len(x_draft)], rng)])
+        weights = mrs.residual(p[t], q[t]) if resample is None else resample(p[t], q[t], x)
+        return np.array(out + [mrs.sample(np.asarray(weights, dtype=np.float64), rng)])
+    K = len(x_draft)
+    bonus = K if bonus_row is None else bonus_row(K)
+    return np.array(out if bonus is None else out + [mrs.sample(q[bonus], rng)])
+
+
+class TokenBug(Bug):
+    """`mrs.verify` with some of the pieces of `stats.token_call_law` swapped; its sampler and its law take the same pieces."""
+
+    def __init__(self, name: str, about: str, **pieces: Callable):
+        super().__init__(name, about)
+        self.pieces = pieces  # ratio, resample, bonus_row, propose: see stats.token_call_law
+
+    def sample(self, x_draft, p, q, rng):
+        return _loop(x_draft, p, q, rng, **self.pieces)
+
+    def law(self, x_draft, p, q) -> dict:
+        return stats.token_call_law(x_draft, p, q, **self.pieces)
+
+
+def _only_rejected_entry(p_row, q_row, x):  # q with only the rejected x's entry adjusted (to max(0, q(x) - p(x)) = 0)
+    r = np.array(q_row, dtype=np.float64)
+    r[x] = 0.0
+    return r if r.sum() > 0 else np.asarray(q_row, dtype=np.float64)
 
 
 def flatter(p_row):
@@ -93,30 +80,80 @@ def flatter(p_row):
     return r / r.sum()
 
 
-def draft_warped_differently(x_draft, p, q, rng):
-    """The drafts were drawn from p (the draft's logits at its temperature) but the ratio and the residual
-    use the probabilities of differently warped logits, here flatter(p): q / p is inflated for likely drafts."""
-    return _loop(x_draft, p, q, rng, ratio=lambda p, q, x: q[x] / flatter(p)[x],
-                 resample=lambda p, q: residual(flatter(p), q))
+always_accept = TokenBug("always_accept", "accepts every draft: the output follows the draft, not the target",
+                         ratio=lambda p, q, x: np.inf)
+ratio_inverted = TokenBug("ratio_inverted", "accepts with min(1, p / q) instead of min(1, q / p): the letters of the "
+                          "two papers swapped", ratio=lambda p, q, x: p[x] / q[x] if q[x] > 0 else np.inf)
+resample_from_q = TokenBug("resample_from_q", "resamples from q instead of the residual (q - p)+ after a rejection",
+                           resample=lambda p, q, x: q)
+no_bonus = TokenBug("no_bonus", "drops the bonus token when every draft is accepted", bonus_row=lambda K: None)
+bonus_wrong_row = TokenBug("bonus_wrong_row", "draws the bonus token from q[K-1] (the last draft's row) instead of q[K]",
+                           bonus_row=lambda K: K - 1)
+# The draft was really one-hot (greedy), so the ratio should have used p(x) = 1.
+greedy_draft_softmax_ratio = TokenBug("greedy_draft_softmax_ratio", "proposes the draft's argmax but divides by its "
+                                      "softmax probability p(x)", propose=lambda p_t, x: int(np.argmax(p_t)))
+residual_only_rejected_entry = TokenBug("residual_only_rejected_entry", "after a rejection draws from q with only the "
+                                        "rejected token removed, instead of (q - p)+ (a residual that adjusts only the "
+                                        "rejected entry)", resample=_only_rejected_entry)
+# The drafts were drawn from p (the draft's logits at its temperature), but the ratio and the residual use
+# the probabilities of differently warped logits, flatter(p): q / p is inflated for likely drafts.
+draft_warped_differently = TokenBug("draft_warped_differently", "the ratio and residual use draft probabilities warped "
+                                    "differently from those the drafts were drawn from (flatter: the ratio is inflated)",
+                                    ratio=lambda p, q, x: q[x] / flatter(p)[x],
+                                    resample=lambda p, q, x: mrs.residual(flatter(p), q))
 
 
-BROKEN = {
-    "always_accept": always_accept,
-    "ratio_inverted": ratio_inverted,
-    "resample_from_q": resample_from_q,
-    "no_bonus": no_bonus,
-    "bonus_wrong_row": bonus_wrong_row,
-    "greedy_draft_softmax_ratio": greedy_draft_softmax_ratio,
-    "one_uniform_reused": one_uniform_reused,
-    "residual_only_rejected_entry": residual_only_rejected_entry,
-    "draft_warped_differently": draft_warped_differently,
-}
+class _Frozen:  # a generator that always returns the same number
+    def __init__(self, u: float):
+        self.u = u
+
+    def random(self) -> float:
+        return self.u
+
+
+def _one_uniform_sample(x_draft, p, q, rng):  # one uniform per call, reused by every decision and draw
+    return _loop(x_draft, p, q, _Frozen(rng.random()))
+
+
+def _inverse_cdf_mass(row, lo: float, hi: float) -> list[tuple[int, float]]:  # tokens hit by u in [lo, hi), with mass
+    c = np.cumsum(np.asarray(row, dtype=np.float64))
+    c = c / c[-1]
+    below = np.concatenate([[0.0], c[:-1]])
+    mass = np.clip(np.minimum(c, hi) - np.maximum(below, lo), 0.0, None)
+    return [(int(y), float(m)) for y, m in enumerate(mass) if m > 0]
+
+
+def _one_uniform_law(x_draft, p, q) -> dict:  # one u decides every test and draws the last token
+    K = len(x_draft)
+    law, hi, prefix = {}, 1.0, ()
+    for t in range(K):
+        x = int(x_draft[t])
+        ratio = q[t][x] / p[t][x]
+        if ratio < hi:  # u in [ratio, hi): the first t accepted, x rejected; the same u draws the residual
+            for y, m in _inverse_cdf_mass(mrs.residual(p[t], q[t]), ratio, hi):
+                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
+            hi = ratio
+        prefix = prefix + (x,)
+        if hi <= 0.0:
+            return law
+    for y, m in _inverse_cdf_mass(q[K], 0.0, hi):
+        law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
+    return law
+
+
+one_uniform_reused = Bug("one_uniform_reused", "reuses one uniform for every decision and draw of a call (a generator "
+                         "reseeded inside the loop)", _one_uniform_sample, _one_uniform_law)
+
+
+BROKEN = {b.name: b for b in [always_accept, ratio_inverted, resample_from_q, no_bonus, bonus_wrong_row,
+                              greedy_draft_softmax_ratio, one_uniform_reused, residual_only_rejected_entry,
+                              draft_warped_differently]}
 
 
 # ---------------------------------------------------------------- misreadings of block verification
 
-class BlockVariant:
-    """`mrs.verify_block` with one step misread, as a sampler (call it like verify) and as an exact law (`.law`).
+class BlockBug(Bug):
+    """`mrs.verify_block` with one step misread.
 
     carry_w: w_i = min(1, w_{i-1} q_i/p_i) (True, correct) or min(1, q_i/p_i) (False);
     h_slack: h_i = s_i / (s_i + 1 - w_i) (True, correct) or s_i / (s_i + 1) (False);
@@ -125,19 +162,15 @@ class BlockVariant:
     or "forward": scan i = 1, 2, ... and stop before the first coin that fails.
     """
 
-    def __init__(self, name: str, doc: str, carry_w=True, h_slack=True, weighted_residual=True, choose="largest"):
-        self.__name__, self.__doc__ = name, doc
+    def __init__(self, name: str, about: str, carry_w=True, h_slack=True, weighted_residual=True, choose="largest"):
+        super().__init__(name, about)
         self.carry_w, self.h_slack, self.weighted_residual, self.choose = carry_w, h_slack, weighted_residual, choose
 
     def _parts(self, x_draft, p, q):  # -> h [K+1], last-token rows [K+1] (unnormalised)
         K = len(x_draft)
-        if self.carry_w:
-            w, h, r = stats.block_weights(x_draft, p, q)
-        else:  # w_i = min(1, q_i(x_i) / p_i(x_i)): the ratio not carried along the block
-            w = [1.0] + [min(1.0, q[i][x] / p[i][x]) for i, x in enumerate(x_draft)]
-            r = [[max(0.0, w[i] * b - a) for a, b in zip(p[i], q[i])] for i in range(K)]
-            h = [1.0] + [sum(r[i]) / (sum(r[i]) + (1 - w[i])) if sum(r[i]) + (1 - w[i]) > 0 else 1.0
-                         for i in range(1, K)] + [w[K]]
+        # carry_w False: w_i = min(1, q_i(x_i) / p_i(x_i)), the ratio not carried along the block
+        w = None if self.carry_w else [1.0] + [min(1.0, q[i][x] / p[i][x]) for i, x in enumerate(x_draft)]
+        w, h, r = stats.block_weights(x_draft, p, q, w)
         if not self.h_slack:  # h_i = s_i / (s_i + 1)
             h = [h[0]] + [sum(r[i]) / (sum(r[i]) + 1) for i in range(1, K)] + [h[K]]
         if not self.weighted_residual:
@@ -163,17 +196,10 @@ class BlockVariant:
         return out
 
     def law(self, x_draft, p, q) -> dict:
-        """Exact law of this variant's output for fixed drafts (like `stats.block_call_law`)."""
         h, last = self._parts(list(x_draft), p, q)
-        law = {}
-        for tau, weight in enumerate(self._stopping_law(h)):
-            if weight > 0:
-                for y, v in enumerate(last[tau] / last[tau].sum()):
-                    if v > 0:
-                        law[tuple(int(x) for x in x_draft[:tau]) + (y,)] = weight * v
-        return law
+        return stats.stopped_law(x_draft, self._stopping_law(h), last)
 
-    def __call__(self, x_draft, p, q, rng):
+    def sample(self, x_draft, p, q, rng):
         x_draft = [int(x) for x in x_draft]
         K = len(x_draft)
         h, last = self._parts(x_draft, p, q)
@@ -185,18 +211,16 @@ class BlockVariant:
         else:
             while tau < K and rng.random() < h[tau + 1]:
                 tau += 1
-        return np.array(x_draft[:tau] + [sample(last[tau], rng)])
+        return np.array(x_draft[:tau] + [mrs.sample(last[tau], rng)])
 
 
-BROKEN_BLOCK = {v.__name__: v for v in [
-    BlockVariant("residual_without_w", "The residual after stopping at tau is max(0, q - p), without the w_tau weight.",
-                 weighted_residual=False),
-    BlockVariant("h_without_slack", "h_i = s_i / (s_i + 1): the (1 - w_i) term of the denominator left out.",
-                 h_slack=False),
-    BlockVariant("smallest_qualifying", "tau is the smallest i >= 1 whose coin comes up, not the largest.",
-                 choose="smallest"),
-    BlockVariant("forward_first_failure", "Scans i = 1, 2, ... and stops at the first failed coin, like token-level.",
-                 choose="forward"),
-    BlockVariant("w_not_carried", "w_i = min(1, q_i(x_i) / p_i(x_i)): the ratio is not carried along the block.",
-                 carry_w=False),
+BROKEN_BLOCK = {b.name: b for b in [
+    BlockBug("residual_without_w", "The residual after stopping at tau is max(0, q - p), without the w_tau weight.",
+             weighted_residual=False),
+    BlockBug("h_without_slack", "h_i = s_i / (s_i + 1): the (1 - w_i) term of the denominator left out.", h_slack=False),
+    BlockBug("smallest_qualifying", "tau is the smallest i >= 1 whose coin comes up, not the largest.", choose="smallest"),
+    BlockBug("forward_first_failure", "Scans i = 1, 2, ... and stops at the first failed coin, like token-level.",
+             choose="forward"),
+    BlockBug("w_not_carried", "w_i = min(1, q_i(x_i) / p_i(x_i)): the ratio is not carried along the block.",
+             carry_w=False),
 ]}

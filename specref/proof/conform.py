@@ -33,12 +33,13 @@ correct verifier.  The seed is fixed (default 0), so a run is reproducible;
 `python3 -m tools.conform_false_alarm` measures the rate over fresh seeds.
 
 Diagnosis: when a one-call check fails, its counts are compared with the exact laws of known bugs
-(`SIGNATURES`: `specref.proof.broken`'s samplers, the lossy verifiers, the other algorithm).  The
-bug under which the counts are most likely names the failure if it is more likely than the correct
-law and than every other bug by a factor of at least e^LOG_MARGIN and the counts also fit it
-(chi-square p above FIT_LEVEL); the total variation to it and to the correct law is printed beside
-it.  (Total variation alone cannot tell a bug that adds a few impossible outcomes from the correct
-law; the likelihood can.)  A failing vector is compared with the same bugs' tokens on the vectors.
+(`SIGNATURES`: the `broken.Bug`s of `specref.proof.broken` and `lossy.LOSSY`, and the other
+algorithm).  The bug under which the counts are most likely names the failure if it is more likely
+than the correct law and than every other bug by a factor of at least e^LOG_MARGIN and the counts
+also fit it (chi-square p above FIT_LEVEL); the total variation to it and to the correct law is
+printed beside it.  (Total variation alone cannot tell a bug that adds a few impossible outcomes
+from the correct law; the likelihood can.)  A failing vector is compared with the same bugs' tokens
+on the vectors.
 """
 
 from __future__ import annotations
@@ -152,171 +153,24 @@ class InjectedUniforms:
         return np.array([self._next() for _ in range(int(np.prod(size)))]).reshape(size)
 
 
-# ---------------------------------------------------------------- exact laws of known bugs
-#
-# Each is the law of one call given fixed drafts, law(x_draft, p, q) -> {output tuple: probability},
-# like stats.token_call_law; stats.call_law sums it over the drafts drawn from p.
+# ---------------------------------------------------------------- the known bugs
 
-def _normalised(row) -> np.ndarray:
-    row = np.asarray(row, dtype=np.float64)
-    return row / row.sum()
-
-
-def _excess_or(p_row, q_row) -> np.ndarray:  # (q - p)+, or q when that is all zero (as mrs documents)
-    r = np.maximum(np.asarray(q_row, dtype=np.float64) - p_row, 0.0)
-    return r if r.sum() > 0 else np.asarray(q_row, dtype=np.float64)
-
-
-def _add(law: dict, prefix: tuple, row, weight: float) -> None:
-    if weight > 0:
-        for y, v in enumerate(_normalised(row)):
-            if v > 0:
-                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + weight * float(v)
-
-
-def token_law(x_draft, p, q, accept=lambda p, q, x: min(1.0, q[x] / p[x]), resample=lambda p, q, x: _excess_or(p, q),
-              bonus_row=lambda K: K, propose=None) -> dict:
-    """Law of a token-level verifier for fixed drafts with one piece swapped (the defaults are `mrs.verify`'s law).
-
-    accept(p_t, q_t, x) is the chance of keeping x; resample(p_t, q_t, x) the weights drawn after a
-    rejection; bonus_row(K) the row of the bonus token (None: no bonus); propose(p_t) replaces the draft.
-    """
-    K = len(x_draft)
-    law, path, prefix = {}, 1.0, ()
-    for t in range(K):
-        x = int(x_draft[t]) if propose is None else propose(p[t])
-        a = float(accept(p[t], q[t], x))
-        _add(law, prefix, resample(p[t], q[t], x), path * (1.0 - a))
-        path, prefix = path * a, prefix + (x,)
-        if path == 0.0:
-            return law
-    b = bonus_row(K)
-    if b is None:
-        law[prefix] = law.get(prefix, 0.0) + path
-    else:
-        _add(law, prefix, q[b], path)
-    return law
-
-
-def _inverse_cdf_mass(row, lo: float, hi: float) -> list[tuple[int, float]]:  # tokens hit by u in [lo, hi), with mass
-    c = np.cumsum(np.asarray(row, dtype=np.float64))
-    c = c / c[-1]
-    below = np.concatenate([[0.0], c[:-1]])
-    mass = np.clip(np.minimum(c, hi) - np.maximum(below, lo), 0.0, None)
-    return [(int(y), float(m)) for y, m in enumerate(mass) if m > 0]
-
-
-def one_uniform_law(x_draft, p, q) -> dict:
-    """Law of `broken.one_uniform_reused` for fixed drafts: one u decides every test and draws the last token."""
-    K = len(x_draft)
-    law, hi, prefix = {}, 1.0, ()
-    for t in range(K):
-        x = int(x_draft[t])
-        ratio = q[t][x] / p[t][x]
-        if ratio < hi:  # u in [ratio, hi): the first t accepted, x rejected; the same u draws the residual
-            for y, m in _inverse_cdf_mass(mrs.residual(p[t], q[t]), ratio, hi):
-                law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
-            hi = ratio
-        prefix = prefix + (x,)
-        if hi <= 0.0:
-            return law
-    for y, m in _inverse_cdf_mass(q[K], 0.0, hi):
-        law[prefix + (y,)] = law.get(prefix + (y,), 0.0) + m
-    return law
-
-
-def _ratio_or_inf(a, b) -> float:
-    return float(a / b) if b > 0 else float("inf")
-
-
-def _typical_accept(p_row, q_row, x) -> float:
-    return 1.0 if q_row[x] > lossy.typical_threshold(np.asarray(q_row)) else 0.0
-
-
-def _only_rejected_entry(p_row, q_row, x):
-    r = np.array(q_row, dtype=np.float64)
-    r[x] = 0.0
-    return r if r.sum() > 0 else np.asarray(q_row, dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class Signature:
-    """A known way to get verification wrong: its name, what it looks like, its exact law, and a sampler that has it."""
-
-    name: str
-    looks_like: str  # the diagnosis sentence
-    law: Callable  # law(x_draft, p, q) -> {output: probability} for fixed drafts
-    sampler: Callable  # (x_draft, p, q, rng) -> tokens, for the vectors' comparison
-
-
-def _lenient(lenience: float) -> Signature:
-    def verify_lenient(x_draft, p, q, rng):  # mrs.verify_lenient at this lenience, with verify's signature
-        return mrs.verify_lenient(x_draft, p, q, rng, lenience)
-
-    verify_lenient.__name__ = f"verify_lenient_{lenience:g}"
-    return Signature(f"lenient_{lenience:g}", f"lenient acceptance: accepts with min(1, q / (l p)), l about {lenience:g} "
-                     "(Leviathan A.5; LOSSY)",
-                     lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, q[x] / (lenience * p[x]))),
-                     verify_lenient)
-
-
-TOKEN_BUGS = [
-    Signature("always_accept", "accepts every draft: the output follows the draft, not the target",
-              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: 1.0), broken.always_accept),
-    Signature("ratio_inverted", "accepts with min(1, p / q) instead of min(1, q / p): the letters of the two papers swapped",
-              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, _ratio_or_inf(p[x], q[x]))),
-              broken.ratio_inverted),
-    Signature("resample_from_q", "resamples from q instead of the residual (q - p)+ after a rejection",
-              lambda x, p, q: token_law(x, p, q, resample=lambda p, q, x: q), broken.resample_from_q),
-    Signature("residual_only_rejected_entry", "after a rejection draws from q with only the rejected token removed, "
-              "instead of (q - p)+ (a residual that adjusts only the rejected entry)",
-              lambda x, p, q: token_law(x, p, q, resample=_only_rejected_entry), broken.residual_only_rejected_entry),
-    Signature("no_bonus", "drops the bonus token when every draft is accepted",
-              lambda x, p, q: token_law(x, p, q, bonus_row=lambda K: None), broken.no_bonus),
-    Signature("bonus_wrong_row", "draws the bonus token from q[K-1] (the last draft's row) instead of q[K]",
-              lambda x, p, q: token_law(x, p, q, bonus_row=lambda K: K - 1), broken.bonus_wrong_row),
-    Signature("greedy_draft_softmax_ratio", "proposes the draft's argmax but divides by its softmax probability p(x)",
-              lambda x, p, q: token_law(x, p, q, propose=lambda p_t: int(np.argmax(p_t))),
-              broken.greedy_draft_softmax_ratio),
-    Signature("one_uniform_reused", "reuses one uniform for every decision and draw of a call (a generator reseeded "
-              "inside the loop)", one_uniform_law, broken.one_uniform_reused),
-    Signature("draft_warped_differently", "the ratio and residual use draft probabilities warped differently from "
-              "those the drafts were drawn from (flatter: the ratio is inflated)",
-              lambda x, p, q: token_law(x, p, q, accept=lambda p, q, x: min(1.0, q[x] / broken.flatter(p)[x]),
-                                        resample=lambda p, q, x: _excess_or(broken.flatter(p), q)),
-              broken.draft_warped_differently),
-]
-LOSSY = [
-    Signature("typical_acceptance", "Medusa's typical acceptance: keeps drafts the target finds plausible, ignoring p "
-              "(LOSSY)", lambda x, p, q: token_law(x, p, q, accept=_typical_accept, resample=lambda p, q, x: q),
-              lossy.verify_typical),
-    _lenient(0.8), _lenient(0.5), _lenient(0.2),
-]
-TOKEN_LEVEL = Signature("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
-                        stats.token_call_law, mrs.verify)
-BLOCK = Signature("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
-                  stats.block_call_law, mrs.verify_block)
-BLOCK_BUGS = [Signature(name, v.__doc__, v.law, v) for name, v in broken.BROKEN_BLOCK.items()]
+# Each is a `broken.Bug`: its sampler (for the vectors' comparison and the power tests) and its exact
+# law for fixed drafts, law(x_draft, p, q) -> {output: probability}, summed over the drafts by
+# stats.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
+# wrong about the other.
+TOKEN_LEVEL = broken.Bug("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
+                         mrs.verify, stats.token_call_law)
+BLOCK = broken.Bug("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
+                   mrs.verify_block, stats.block_call_law)
 # The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
-SIGNATURES = {"token": TOKEN_BUGS + LOSSY + [BLOCK], "block": BLOCK_BUGS + [TOKEN_LEVEL] + LOSSY}
+SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
+              "block": [*broken.BROKEN_BLOCK.values(), TOKEN_LEVEL, *lossy.LOSSY]}
 # The checker's power is measured on every law it can name, through that law's own sampler checked
-# as each algorithm whose diagnosis knows it ("name/algorithm" -> (sampler, algorithm, the name a
-# diagnosis should give)): tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
-KNOWN_BUGS = {f"{s.name}/{algorithm}": (s.sampler, algorithm, s.name)
-              for algorithm in ALGORITHMS for s in SIGNATURES[algorithm]}
+# as each algorithm whose diagnosis knows it ("name/algorithm" -> (bug, algorithm)):
+# tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
+KNOWN_BUGS = {f"{bug.name}/{algorithm}": (bug, algorithm) for algorithm in ALGORITHMS for bug in SIGNATURES[algorithm]}
 CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
-
-
-def call_law(law_given_drafts: Callable, p: np.ndarray, q: np.ndarray) -> dict:  # [K, V], [K+1, V] -> law
-    """Exact law of one call with drafts drawn from the fixed rows p[t], over the tokens where p or q has mass.
-
-    The sum over draft blocks runs over the support only, so a large vocabulary with few live
-    tokens costs what a small one does; outputs are in the vocabulary's own ids.
-    """
-    K, V = p.shape
-    live = np.flatnonzero((p > 0).any(axis=0) | (q > 0).any(axis=0))  # [S] ids with mass somewhere
-    law = stats.call_law(law_given_drafts, stats.fixed_rows(p[:, live]), stats.fixed_rows(q[:, live]), K, len(live))
-    return {tuple(int(live[i]) for i in out): float(v) for out, v in law.items()}
 
 
 def total_variation(counts: Counter, law: dict) -> float:
@@ -520,11 +374,11 @@ def _diagnose(counts: Counter, correct: dict, signature_laws: dict) -> tuple[str
     return "", ll
 
 
-def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: list[Signature], level: float,
+def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: list[broken.Bug], level: float,
                rng, marginal: Callable | None = None) -> tuple[Check, dict]:
     start = time.perf_counter()
     counts = stats.sample_verify(verifier, case.p, case.q, case.n, rng)
-    law = call_law(correct_law, case.p, case.q)
+    law = stats.rows_call_law(correct_law, case.p, case.q)
     if marginal is not None:
         counts, law = marginal(counts), marginal(law)
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
@@ -533,13 +387,13 @@ def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: li
     if not check.passed:
         laws = {}
         for s in signatures:
-            bug = call_law(s.law, case.p, case.q)
+            bug = stats.rows_call_law(s.law, case.p, case.q)
             laws[s.name] = marginal(bug) if marginal is not None else bug
         found, scores = _diagnose(counts, law, laws)
         by_name = {s.name: s for s in signatures}
         if found in by_name:
             check.bug = found
-            check.diagnosis = (f"looks like {found}: {by_name[found].looks_like} (total variation "
+            check.diagnosis = (f"looks like {found}: {by_name[found].about} (total variation "
                                f"{total_variation(counts, laws[found]):.3f}; from the correct law "
                                f"{total_variation(counts, law):.3f})")
         else:
@@ -587,7 +441,7 @@ def _p_equals_q_check(verifier, algorithm: str, rng) -> Check:
                  " (with p == q every ratio is 1: all must be kept)"), seconds=time.perf_counter() - start)
 
 
-def _vectors_check(verifier, algorithm: str, signatures: list[Signature]) -> Check:
+def _vectors_check(verifier, algorithm: str, signatures: list[broken.Bug]) -> Check:
     start = time.perf_counter()
     function = "verify" if algorithm == "token" else "verify_block"
     doc = json.loads(vectors.PATH.read_text())
@@ -612,7 +466,7 @@ def _vectors_check(verifier, algorithm: str, signatures: list[Signature]) -> Che
                   "the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
                                            if wrong else ""), samples=len(chosen))
     if wrong:
-        same = [s.name for s in signatures if outcomes(s.sampler) == got]
+        same = [s.name for s in signatures if outcomes(s) == got]
         check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
                            "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
                            "another order than specref/mrs.py documents)")
@@ -747,7 +601,7 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     return report
 
 
-def _summary(report: Report, ll_sum: Counter, signatures: list[Signature]) -> str:
+def _summary(report: Report, ll_sum: Counter, signatures: list[broken.Bug]) -> str:
     # Over every failing one-call check: the bug under which all their counts together are likeliest.
     if report.passed:
         return ""
@@ -755,7 +609,7 @@ def _summary(report: Report, ll_sum: Counter, signatures: list[Signature]) -> st
         return "no known bug's signature matches (see the failing checks)"
     best = max(ll_sum, key=ll_sum.get)
     named = Counter(c.bug for c in report.failed if c.bug)
-    looks_like = {s.name: s.looks_like for s in signatures}[best]
+    looks_like = {s.name: s.about for s in signatures}[best]
     if named[best]:
         return f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
     return f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"

@@ -2,7 +2,8 @@
 
 They have verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens` so they can
 be plugged into `specref.sampling.speculative_sampling`, and they are here for one purpose:
-to show that the suite's distribution tests catch a real-world lossy rule.  Do not use them
+to show that the suite's distribution tests catch a real-world lossy rule.  LOSSY holds them as
+`broken.Bug`s (sampler and exact law together) with `mrs.verify_lenient` at three leniences.  Do not use them
 where the target's law matters; the exact verifiers are `specref.mrs.verify` and
 `specref.mrs.verify_block`.  Chen's letters: p = draft, q = target.
 """
@@ -12,6 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from specref import mrs
+from specref.proof import stats
+from specref.proof.broken import Bug
 
 # Medusa's defaults (Cai et al. 2024, "Medusa", section 2.3.1; their posterior_threshold and
 # posterior_alpha): epsilon is the hard threshold, delta scales the entropy-dependent one.
@@ -43,3 +46,24 @@ def verify_typical(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.ra
         out.append(x)
     out.append(mrs.sample(q[len(out)], rng))  # a fresh target draw at the first position not kept
     return np.array(out, dtype=np.int64)
+
+
+def typical_call_law(x_draft, p, q, epsilon: float = EPSILON, delta: float = DELTA) -> dict:  # [K], [K][V], [K+1][V]
+    """Exact law of `verify_typical`'s output for fixed drafts: `stats.token_call_law` keeping x iff q(x) is above
+    the threshold, and drawing from q itself where a draft is not kept."""
+    def keep(p_t, q_t, x):
+        return 1.0 if q_t[x] > typical_threshold(np.asarray(q_t, dtype=np.float64), epsilon, delta) else 0.0
+
+    return stats.token_call_law(x_draft, p, q, ratio=keep, resample=lambda p_t, q_t, x: q_t)
+
+
+def lenient(lenience: float) -> Bug:
+    """`mrs.verify_lenient` at one lenience, with its exact law (`stats.lenient_call_law`)."""
+    return Bug(f"lenient_{lenience:g}", f"lenient acceptance: accepts with min(1, q / (l p)), l about {lenience:g} "
+               "(Leviathan A.5; LOSSY)", lambda x_draft, p, q, rng: mrs.verify_lenient(x_draft, p, q, rng, lenience),
+               lambda x_draft, p, q: stats.lenient_call_law(x_draft, p, q, lenience))
+
+
+LOSSY = [Bug("typical_acceptance", "Medusa's typical acceptance: keeps drafts the target finds plausible, ignoring p "
+             "(LOSSY)", verify_typical, typical_call_law),
+         lenient(0.8), lenient(0.5), lenient(0.2)]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import stats
+from specref.proof import broken, conform, lossy, stats
 
 
 def _rows(seed, K, V, conc=1.0):
@@ -41,6 +41,20 @@ def test_greedy_call_law_is_verify_greedys_output():
     one_hot = np.eye(4)[[2, 0, 3, 1]]
     assert stats.rows_call_law(stats.token_call_law, p, one_hot) == \
         pytest.approx(stats.rows_call_law(stats.greedy_call_law, p, one_hot), abs=1e-15)
+
+
+def test_every_known_bugs_law_is_a_distribution_and_not_the_correct_law():
+    # on the rows where the conformance checker must reject each of them (its "random" case); on other rows a
+    # misreading may happen to be exact (residual_without_w is, on _rows(5, 3, 3))
+    for bugs, algorithm in [([*broken.BROKEN.values(), *lossy.LOSSY], "token"), (broken.BROKEN_BLOCK.values(), "block")]:
+        case = conform.cases(algorithm)[0]
+        right = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+        for bug in bugs:
+            law = stats.rows_call_law(bug.law, case.p, case.q)
+            off = max(abs(law.get(k, 0.0) - right.get(k, 0.0)) for k in set(law) | set(right))
+            print(f"{bug.name}: largest difference from the correct law {off:.3g}")
+            assert sum(law.values()) == pytest.approx(1.0, abs=1e-12), bug.name
+            assert off > 1e-6, bug.name  # rounding is near 1e-16
 
 
 @pytest.mark.parametrize("seed", range(5))
