@@ -132,27 +132,6 @@ def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
     return verify
 
 
-class InjectedUniforms:
-    """The checker's uniforms: random() returns them in order, random(n) the next n; then `tail` for ever, or raise."""
-
-    def __init__(self, uniforms, tail: float | None = None):
-        self.uniforms, self.tail, self.used = [float(u) for u in uniforms], tail, 0
-
-    def _next(self) -> float:
-        if self.used < len(self.uniforms):
-            self.used += 1
-            return self.uniforms[self.used - 1]
-        if self.tail is None:
-            raise RuntimeError(f"asked for uniform number {self.used + 1} but only {len(self.uniforms)} are listed")
-        self.used += 1
-        return self.tail
-
-    def random(self, size=None):
-        if size is None:
-            return self._next()
-        return np.array([self._next() for _ in range(int(np.prod(size)))]).reshape(size)
-
-
 # ---------------------------------------------------------------- the known bugs
 
 # Each is a `broken.Bug`: its sampler (for the vectors' comparison and the power tests) and its exact
@@ -450,7 +429,7 @@ def _vectors_check(verifier, algorithm: str, signatures: list[broken.Bug]) -> Ch
     def outcomes(f) -> list:  # per vector: the tokens, or what went wrong
         got = []
         for case in chosen:
-            rng = InjectedUniforms(case["uniforms"])
+            rng = vectors.ListedUniforms(case["uniforms"])
             try:
                 tokens = [int(y) for y in f(np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]),
                                             np.array(case["q"]), rng)]
@@ -480,7 +459,7 @@ def _injected_edge_checks(verifier) -> list[Check]:
     p = np.array([[0.5, 0.5, 0.0, 0.0]])
     q = np.array([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
     try:
-        out = np.asarray(verifier(np.array([0]), p, q, InjectedUniforms([0.0], tail=0.5)))
+        out = np.asarray(verifier(np.array([0]), p, q, vectors.ListedUniforms([0.0], tail=0.5)))
         ok = len(out) >= 1 and int(out[0]) != 0 and 0 <= int(out[0]) < 4
         detail = f"draft 0 with q(0) = 0 and every uniform 0.0 -> {out.tolist()}"
     except Exception as e:  # noqa: BLE001
@@ -490,7 +469,7 @@ def _injected_edge_checks(verifier) -> list[Check]:
     p = np.array([[0.25, 0.25, 0.25, 0.25]])
     q = np.array([[0.25 * (1 - 1e-12), 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
     try:
-        out = np.asarray(verifier(np.array([0]), p, q, InjectedUniforms([1 - 2.0 ** -53], tail=0.5)))
+        out = np.asarray(verifier(np.array([0]), p, q, vectors.ListedUniforms([1 - 2.0 ** -53], tail=0.5)))
         ok = out.ndim == 1 and 1 <= len(out) <= 2 and np.all(np.isfinite(out)) and np.all((out >= 0) & (out < 4))
         detail = f"rejection with an all-zero residual (p and q one rounding apart) -> {out.tolist()}"
     except Exception as e:  # noqa: BLE001
@@ -505,7 +484,7 @@ def _probe_injectable(verifier) -> str:
     p = np.array([[0.4, 0.3, 0.2, 0.1]])
     q = np.array([[0.30, 0.45, 0.10, 0.15], [0.25] * 4])
     try:
-        verifier(np.array([0]), p, q, InjectedUniforms([], tail=0.5))
+        verifier(np.array([0]), p, q, vectors.ListedUniforms([], tail=0.5))
     except (AttributeError, TypeError) as e:
         return f"the verifier uses more of the generator than random() ({type(e).__name__}: {e})"
     except Exception:  # noqa: BLE001  (another error is for the checks to report)

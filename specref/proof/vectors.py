@@ -36,17 +36,22 @@ MARGIN = 1e-9
 
 
 class ListedUniforms:
-    """A stand-in for np.random.Generator: random() returns the listed uniforms in order and raises when they run out."""
+    """A stand-in for np.random.Generator: random() returns the listed uniforms in order, random(n) the next n;
+    then `tail` for ever, or raise (the vectors, and the conformance checker's injected uniforms)."""
 
-    def __init__(self, uniforms: list[float]):
-        self.uniforms = [float(u) for u in uniforms]
-        self.used = 0
+    def __init__(self, uniforms: list[float], tail: float | None = None):
+        self.uniforms, self.tail, self.used = [float(u) for u in uniforms], tail, 0
 
-    def random(self) -> float:
-        if self.used >= len(self.uniforms):
+    def _next(self) -> float:
+        if self.used >= len(self.uniforms) and self.tail is None:
             raise RuntimeError(f"asked for uniform number {self.used + 1} but the vector lists only {len(self.uniforms)}")
         self.used += 1
-        return self.uniforms[self.used - 1]
+        return self.uniforms[self.used - 1] if self.used <= len(self.uniforms) else self.tail
+
+    def random(self, size=None):
+        if size is None:
+            return self._next()
+        return np.array([self._next() for _ in range(int(np.prod(size)))]).reshape(size)
 
     def check_all_used(self) -> None:
         """Raise if fewer uniforms were drawn than the vector lists."""

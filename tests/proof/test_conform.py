@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import broken, conform, stats
+from specref.proof import broken, conform, stats, vectors
 
 
 # "name/algorithm" -> (a known bug, the algorithm it is checked as): every law the checker can name, from its
@@ -203,12 +203,12 @@ def test_a_function_that_uses_more_than_random_skips_the_exact_tier():
 
 
 def test_injected_uniforms():
-    rng = conform.InjectedUniforms([0.25, 0.5, 0.75])
+    rng = vectors.ListedUniforms([0.25, 0.5, 0.75])
     assert rng.random() == 0.25 and list(rng.random(2)) == [0.5, 0.75]
-    with pytest.raises(RuntimeError, match="only 3 are listed"):
+    with pytest.raises(RuntimeError, match="lists only 3"):
         rng.random()
-    tail = conform.InjectedUniforms([0.1], tail=0.9)
-    assert [tail.random() for _ in range(3)] == [0.1, 0.9, 0.9]
+    tail = vectors.ListedUniforms([0.1], tail=0.9)
+    assert [tail.random() for _ in range(3)] == [0.1, 0.9, 0.9] and tail.used == 3
 
 
 def test_bad_adapters_are_named():
