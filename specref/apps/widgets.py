@@ -11,17 +11,21 @@ score_slope  extra cost of each additional token scored in one target call, in d
 
 `speedup_panel`, `plot_speedup` and `plot_operations` are what the sliders call; tests call
 them directly.
-`interactive_speedup` builds the sliders for notebook 04.  `highlight_html` and
+`interactive_speedup` builds the sliders for notebook 04; `panel_outputs` is what they show (a
+`SpeedupPanel` hands it to its Output widget as state rather than capturing printed output, which
+could hang a headless run: see `SpeedupPanel`).  `highlight_html` and
 `side_by_side_html` render generated text for notebook 05 (accepted drafts highlighted).
 """
 
 from __future__ import annotations
 
+import base64
 import codecs
 import html
+import io
+import traceback
 
 import ipywidgets
-import matplotlib.pyplot as plt
 import numpy as np
 
 from specref import speedup
@@ -153,12 +157,49 @@ def plot_operations(ax, alpha: float, gamma: int, c_hat: float, gamma_max: int =
     return ax
 
 
-def _show(alpha, gamma, c, c_hat, score_slope):
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), width_ratios=[1.6, 1], layout="constrained")
+def panel_outputs(alpha: float, gamma: int, c: float, c_hat: float, score_slope: float) -> tuple[dict, ...]:
+    """What the panel shows for one setting of the sliders, as two notebook outputs: the plots of
+    `plot_speedup` and `plot_operations` as one PNG, then the text of `format_panel`.
+
+    The figure is a bare matplotlib Figure, not pyplot's, so no backend displays it on its own."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(11, 3.8), layout="constrained")
+    a, b = fig.subplots(1, 2, width_ratios=[1.6, 1])
     plot_speedup(a, alpha, gamma, c, score_slope)
     plot_operations(b, alpha, gamma, c_hat)
-    plt.show()
-    print(format_panel(speedup_panel(alpha, gamma, c, c_hat, score_slope)))
+    png = io.BytesIO()
+    fig.savefig(png, format="png", bbox_inches="tight")
+    return (
+        {"output_type": "display_data", "metadata": {},
+         "data": {"image/png": base64.b64encode(png.getvalue()).decode("ascii"), "text/plain": repr(fig)}},
+        {"output_type": "stream", "name": "stdout",
+         "text": format_panel(speedup_panel(alpha, gamma, c, c_hat, score_slope)) + "\n"},
+    )
+
+
+class SpeedupPanel(ipywidgets.interactive):
+    """`ipywidgets.interactive` whose drawing is handed to its Output widget as that widget's state
+    (`out.outputs = ...`, one comm message on IOPub), instead of being printed and displayed inside
+    `with out:` and captured.
+
+    Why: a captured output makes a headless run hang now and then.  nbclient (nbconvert --execute,
+    the test suite) stands in for the frontend's Output widget, and for every output it captures it
+    sends the widget's state back to the kernel on the shell channel, from the task that reads IOPub,
+    through a plain (not asyncio) socket (jupyter_client's Session.send).  When the cell's
+    execute_reply reaches that same shell socket during such a send, the send consumes the socket's
+    edge-triggered wake-up and the asyncio poll waiting for the reply never wakes: the run waits
+    forever with the reply unread (see docs/notebooks.md).  Without capture nbclient sends nothing.
+    In JupyterLab the panel looks and updates the same way: the Output widget renders its outputs."""
+
+    def update(self, *args):
+        self.kwargs = {w._kwarg: w.get_interact_value() for w in self.kwargs_widgets}
+        try:
+            self.result = self.out.outputs = tuple(self.f(**self.kwargs))
+        except Exception:
+            # shown in the panel, and raised: in the cell that builds the panel, the cell fails
+            self.out.outputs = ({"output_type": "stream", "name": "stderr", "text": traceback.format_exc()},)
+            raise
 
 
 # Every slider has the same width and label width, so the tracks are equally long and aligned;
@@ -170,12 +211,12 @@ SLIDER_STYLE = {"description_width": "100px"}
 def interactive_speedup(alpha: float = 0.7, gamma: int = 4, c: float = 0.05, c_hat: float = 0.05,
                         score_slope: float = 0.0):
     """Sliders for alpha, gamma, c, c_hat and score_slope driving `plot_speedup`, `plot_operations`
-    and `speedup_panel`."""
+    and `speedup_panel` (through `panel_outputs`)."""
     def slider(kind, **kw):
         return kind(layout=ipywidgets.Layout(**SLIDER_LAYOUT), style=SLIDER_STYLE, **kw)
 
-    return ipywidgets.interactive(
-        _show,
+    return SpeedupPanel(
+        panel_outputs,
         alpha=slider(ipywidgets.FloatSlider, value=alpha, min=0.0, max=0.99, step=0.01, description="alpha"),
         gamma=slider(ipywidgets.IntSlider, value=gamma, min=1, max=GAMMA_MAX, description="gamma"),
         c=slider(ipywidgets.FloatSlider, value=c, min=0.0, max=1.0, step=0.005, readout_format=".3f", description="c"),
