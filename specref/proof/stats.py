@@ -162,7 +162,7 @@ def _excess(w, q_row, p_row):  # max(0, w q - p), elementwise
 
 def stopped_law(kept, stopping, last) -> dict[tuple, object]:  # [K], [K+1], [K+1] rows or None -> law
     """Law of a call that keeps the drafts kept[:tau] with probability stopping[tau], then draws one token
-    from the weights last[tau] (normalised here; None: no token).  Every verifier's law below is one."""
+    from the weights last[tau] (normalised here; None: no token): token-level and block verification's laws below."""
     law = {}
     for tau, weight in enumerate(stopping):
         if not weight > 0:
