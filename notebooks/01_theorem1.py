@@ -42,8 +42,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref.proof import broken, stats
-from specref.apps import figures
-from specref import mrs, sampling
+from specref import mrs, plots, sampling
 from specref.quick import quick_mode
 
 QUICK = quick_mode()  # SPECREF_QUICK=1 shrinks the simulations (CI); unset for the full sizes
@@ -109,7 +108,7 @@ assert np.allclose(mrs.output_law(p64, q64), q64, atol=1e-15)
 
 # %%
 fig, ax = plt.subplots(figsize=(7, 4))
-figures.plot_overlap(ax, p64, q64, names)
+plots.plot_overlap(ax, p64, q64, names)
 plt.show()
 
 # %% [markdown]

@@ -29,8 +29,7 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref.apps import figures
-from specref import mrs, warps
+from specref import mrs, plots, warps
 from specref.proof import stats
 from specref.quick import quick_mode
 
@@ -115,7 +114,7 @@ a.set_ylabel("probability / frequency")
 a.set_title("Qualcomm Figure 10 example through mrs.mrs")
 a.set_ylim(0, 1.6 * max(p.max(), q.max(), (freq + 3 * se).max()))  # headroom: the legend sits above the bars
 a.legend(fontsize=8, loc="upper right")
-figures.plot_overlap(b, p, q, names)
+plots.plot_overlap(b, p, q, names)
 b.set_title("where each token's mass comes from", fontsize=10)
 plt.show()
 

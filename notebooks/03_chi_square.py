@@ -40,9 +40,8 @@ from collections import Counter
 from scipy import stats as sps
 
 from specref.proof import broken, stats
-from specref.apps import figures
 from specref.apps.progress import Progress
-from specref import mrs, sampling
+from specref import mrs, plots, sampling
 from specref.quick import quick_mode
 
 QUICK = quick_mode()
@@ -89,10 +88,10 @@ for name, (p, q) in cases.items():
 #
 # $$P(x_1..x_a, y) = \prod_{t<a} \min(p_t, q_t)(x_t) \cdot \begin{cases} (1 - \alpha_a)\,(q_a - p_a)_+(y) & a < K \\ q_K(y) & a = K \end{cases}$$
 #
-# The case used for the power study (`figures.power_case()`): $K = 2$, $V = 3$, acceptance 0.9 at both positions.
+# The case used for the power study (`plots.power_case()`): $K = 2$, $V = 3$, acceptance 0.9 at both positions.
 
 # %%
-p, q = figures.power_case()
+p, q = plots.power_case()
 law = stats.verify_law(p, q)
 print("p =", p.tolist(), "\nq =", q.tolist())
 print(f"{len(law)} possible outputs, total probability {sum(law.values()):.12f}; the most likely:")
@@ -104,7 +103,7 @@ print("P(a drafts accepted), a = 0..K:", stats.accepted_count_law(p, q).round(4)
 n = 2_000 if QUICK else 20_000
 print(f"n = {n} verify calls per sampler")
 print(f"{'sampler':28s} {'chi-square':>11} {'dof':>4} {'p-value':>9}  verdict at LEVEL")
-for name, f in figures.verify_samplers().items():
+for name, f in plots.verify_samplers().items():
     counts = stats.sample_verify(f, p, q, n, np.random.default_rng(11))
     stat, dof, pval = stats.chi_square_gof(counts, law)
     print(f"{name:28s} {stat:11.1f} {dof:4d} {pval:9.3g}  {'REJECT' if pval < stats.LEVEL else 'pass'}")
@@ -133,8 +132,8 @@ print("acceptance rate per context:", mrs.acceptance_rate(draft.table, target.ta
 
 runs = 2_000 if QUICK else 20_000
 print(f"\n{runs} runs per sampler")
-progress = Progress(len(figures.verify_samplers()), "samplers tested", unit="samplers")
-for name, f in figures.verify_samplers().items():
+progress = Progress(len(plots.verify_samplers()), "samplers tested", unit="samplers")
+for name, f in plots.verify_samplers().items():
     sampler = lambda r, f=f: sampling.speculative_sampling(prompt, draft, target, N, K, r, verify=f)
     counts = stats.sample_sequences(sampler, runs, len(prompt), np.random.default_rng(23))
     stat, dof, pval = stats.chi_square_gof(counts, seq_law)
@@ -156,10 +155,10 @@ progress.done()
 # panel is the power: the fraction of tests that reject, against the number of samples per test.
 
 # %%
-sizes = figures.chi_square_power_sizes(QUICK)
-progress = Progress(figures.chi_square_power_tests(**sizes), "chi-square tests", unit="tests")
+sizes = plots.chi_square_power_sizes(QUICK)
+progress = Progress(plots.chi_square_power_tests(**sizes), "chi-square tests", unit="tests")
 fig = plt.figure(figsize=(12, 6.5), layout="constrained")
-pvalues, power = figures.plot_chi_square_power(fig, **sizes, on_test=progress.step)
+pvalues, power = plots.plot_chi_square_power(fig, **sizes, on_test=progress.step)
 progress.done()
 plt.show()
 for name, r in power.items():
@@ -174,7 +173,7 @@ for name, r in power.items():
 
 # %%
 reps = 50 if QUICK else 500
-pv = figures.verify_pvalues(mrs.verify, p, q, 400, reps, seed=99)
+pv = plots.verify_pvalues(mrs.verify, p, q, 400, reps, seed=99)
 print(f"{reps} tests of n = 400: KS test of uniformity p = {sps.kstest(pv, 'uniform').pvalue:.3f}")
 for thr in (0.5, 0.1, 0.05, 0.01, stats.LEVEL):
     print(f"  fraction of p-values < {thr:<6g}: {np.mean(pv < thr):.3f}")

@@ -45,8 +45,8 @@ import numpy as np
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from specref.apps import figures, widgets
-from specref import speedup
+from specref.apps import widgets
+from specref import plots, speedup
 from specref.quick import quick_mode
 
 QUICK = quick_mode()
@@ -104,7 +104,7 @@ for a, g, ops_paper, speed_paper in table1:
 cs = (0.0, 0.05, 0.2)
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), sharey=True, layout="constrained")
 for ax, c in zip(axes, cs):
-    im = figures.plot_speedup_surface(ax, c)
+    im = plots.plot_speedup_surface(ax, c)
 fig.colorbar(im, ax=axes, label="walltime improvement over ArS (x)")
 plt.show()
 
@@ -114,8 +114,8 @@ plt.show()
 
 # %%
 fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8), layout="constrained")
-figures.plot_optimal_gamma(a)
-figures.plot_optimal_improvement(b)
+plots.plot_optimal_gamma(a)
+plots.plot_optimal_improvement(b)
 plt.show()
 
 # %% [markdown]
@@ -140,7 +140,7 @@ print(f"checked: gamma = 1 meets the bound exactly and the optimal gamma never f
 # ## Eq. 1 against simulation
 #
 # Eq. 1 counts tokens per target call when every draft token is accepted independently with probability
-# $\alpha$. `figures.constant_pair(alpha)` builds a draft and a target whose rows never change and overlap by exactly
+# $\alpha$. `plots.constant_pair(alpha)` builds a draft and a target whose rows never change and overlap by exactly
 # $\alpha$ (so the assumption holds), and real SpS loops (`specref.sampling.speculative_sampling`) are counted.
 # With a real language model the acceptances are **not** iid (easy stretches and hard ones), which is one reason
 # measured speedups drift from Thm 3.8 (Leviathan A.3); notebook 05 compares on SmolLM2.
@@ -148,10 +148,10 @@ print(f"checked: gamma = 1 meets the bound exactly and the optimal gamma never f
 # %%
 loops = 300 if QUICK else 4000
 gammas = (1, 3, 7)
-sim = figures.simulate_expected_tokens(np.linspace(0.1, 0.9, 5), gammas, loops, seed=0)
+sim = plots.simulate_expected_tokens(np.linspace(0.1, 0.9, 5), gammas, loops, seed=0)
 for (a, g), (m, se) in sorted(sim.items()):
     eq1 = speedup.expected_tokens(a, g)
     print(f"alpha {a:.1f} gamma {g}: simulated {m:.3f} +- {se:.3f}, Eq. 1 {eq1:.3f}, z = {(m - eq1) / se:+.2f}")
 fig, ax = plt.subplots(figsize=(6, 4))
-figures.plot_expected_tokens(ax, gammas, sim)
+plots.plot_expected_tokens(ax, gammas, sim)
 plt.show()

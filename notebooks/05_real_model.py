@@ -42,6 +42,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML, display
 
+from specref import plots
 from specref.apps import demo, figures, widgets
 from specref.apps.costs import measure_costs
 from specref.apps.progress import Progress
@@ -50,7 +51,7 @@ from specref.quick import quick_mode
 
 QUICK = quick_mode()
 N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
-MACHINE = figures.machine_label()
+MACHINE = plots.machine_label()
 t = time.perf_counter()
 model = load_smollm2()
 print(f"loaded in {time.perf_counter() - t:.1f} s on {MACHINE}")
@@ -189,10 +190,10 @@ records = figures.measure_chen_figure1(
     model, **sizes, on_run=lambda r: progress.step(f"prompt {r['prompt'] + 1}, K = {r['K']}" + (" (ArS)" if r["K"] == 0 else "")))
 progress.done()
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
-figures.plot_chen_figure1(axes, records, sizes["N"])
+plots.plot_chen_figure1(axes, records, sizes["N"])
 fig.suptitle(f"SmolLM2-135M with a prompt-lookup draft, temperature 0.8, top-p 0.95; {MACHINE}", fontsize=9)
 plt.show()
-for row in figures.loop_split(records):
+for row in plots.loop_split(records):
     print(f"{'ArS' if row['K'] == 0 else 'K = ' + str(row['K']):>5}: {row['loop_ms']:6.1f} ms per loop, "
           f"of which the draft {row['draft_ms']:5.2f} ms")
 
@@ -215,7 +216,7 @@ for row in figures.loop_split(records):
 costs = measure_costs(model, repeats=3 if QUICK else 7)
 print(f"decode step {costs['decode_ms_per_token']:.1f} ms on {MACHINE}")
 print("scoring K + 1 tokens / decode step:", {K: round(v, 2) for K, v in costs["score_ratio"].items()})
-rows = figures.predicted_vs_measured(records, costs)
+rows = plots.predicted_vs_measured(records, costs)
 print(f"alpha and c from the Chen Figure 1 runs: {sizes['n_prompts']} prompt(s), {sizes['reps']} repetition(s), "
       f"{sizes['N']} tokens each")
 print(f"\n{'K':>2} {'alpha':>6} {'c':>7} {'score':>6} {'Thm 3.8':>8} {'with score':>11} {'measured':>9}")

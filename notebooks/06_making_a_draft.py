@@ -40,8 +40,8 @@ import tempfile
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref import mrs, speedup
-from specref.apps import demo, figures
+from specref import mrs, plots, speedup
+from specref.apps import demo
 from specref.apps import train_draft as td
 from specref.apps.progress import Progress
 from specref.quick import quick_mode
@@ -50,7 +50,7 @@ from specref.smollm2.model import load_smollm2
 
 QUICK = quick_mode()
 N_NEW = 32 if QUICK else 96
-MACHINE = figures.machine_label()
+MACHINE = plots.machine_label()
 model = load_smollm2()
 draft = nd.shipped_draft(model)
 print(draft, "|", draft.weights.meta["command"], "|", draft.weights.meta["data"])
