@@ -4,11 +4,16 @@
     python -m specref conform specref.proof.broken:resample_from_q        # fails, diagnosed
     python -m specref conform mypkg.spec:verify --log-probs --rng seed    # through the adapter
     python -m specref conform path/to/file.py:verify --algorithm block
+    python -m specref conform --pipeline mypkg.gen:speculative --reference mypkg.gen:plain --new-tokens 8
 
 FUNCTION must do what `specref.mrs.verify` does once the adapter options are applied (see
-`specref.proof.conform`, which holds the checks and the adapter).  Every check is printed as it
+`specref.proof.conform`, which holds the checks and the adapter).  With --pipeline, GENERATE and
+PLAIN are whole generators, (n_samples, seed) -> [n_samples, L] token ids, speculative and plain
+sampling of the same models (see `specref.proof.pipeline`).  Every check is printed as it
 finishes: pass/FAIL, p-value, level, samples, and a diagnosis where a failure matches a known
-bug.  Exit status 0 if every check passed, 1 if any failed, 2 for a bad option.
+bug.  Each call has a time limit (--call-limit) and so has the run (--time-limit): a verdict
+comes within them whatever the code under test does.  Exit status 0 if every check passed, 1 if
+any failed, 2 for a bad option (one line saying what was wrong).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from pathlib import Path
 
 from specref.apps import options
 from specref.files import write_text
-from specref.proof import conform
+from specref.proof import conform, pipeline
 
 # MODULE:FUNCTION, MODULE dotted or a path to a .py file, FUNCTION possibly dotted (Class.method).
 TARGET = re.compile(r"^(?P<module>[^:]+):(?P<function>[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*)$")
@@ -38,8 +43,24 @@ def target(text: str) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The checker's options: what to check and how to call it (the adapter), each checked as it is read."""
-    parser.add_argument("target", type=target, metavar="MODULE:FUNCTION",
+    parser.add_argument("target", type=target, metavar="MODULE:FUNCTION", nargs="?", default=None,
                         help="the verifier: a dotted module or a path to a .py file, a colon, the function's name")
+    parser.add_argument("--pipeline", type=target, metavar="MODULE:GENERATE", default=None,
+                        help="check a whole speculative generator instead: GENERATE(n_samples, seed) -> "
+                             "[n_samples, L] token ids, against --reference")
+    parser.add_argument("--reference", type=target, metavar="MODULE:PLAIN", default=None,
+                        help="with --pipeline: the same models' plain sampling, PLAIN(n_samples, seed) -> [n_samples, L]")
+    parser.add_argument("--new-tokens", type=options.integer(1), default=None, metavar="L",
+                        help="with --pipeline: compare the first L tokens of each sequence (default: all returned)")
+    parser.add_argument("--samples", type=options.integer(1), default=None, metavar="N",
+                        help=f"with --pipeline: sequences from each (default {pipeline.SAMPLES})")
+    parser.add_argument("--vocabulary", type=options.integer(1), default=None, metavar="V",
+                        help="with --pipeline: token ids must be in [0, V)")
+    parser.add_argument("--call-limit", type=options.real(0.0, low_open=True), default=None, metavar="SECONDS",
+                        help=f"time limit of one call (default {conform.CALL_LIMIT:g} s for a verifier, "
+                             f"{pipeline.CALL_LIMIT:g} s for a pipeline call)")
+    parser.add_argument("--time-limit", type=options.real(0.0, low_open=True), default=None, metavar="SECONDS",
+                        help=f"time limit of the whole run (default {conform.RUN_LIMIT:g} s)")
     parser.add_argument("--algorithm", choices=conform.ALGORITHMS, default="token",
                         help="token: Chen's token-level verification, mrs.verify's law (default); "
                              "block: block verification, mrs.verify_block's law")
@@ -95,8 +116,31 @@ def _torch():
         raise ValueError("argument --rng/--arrays: torch is not installed") from None
 
 
+VERIFIER_ONLY = ("algorithm", "batch", "log_probs", "returns", "arrays", "no_vectors")
+PIPELINE_ONLY = ("reference", "new_tokens", "samples", "vocabulary")
+
+
 def check_args(args) -> None:
-    """Load FUNCTION and build the adapter (torch only if asked for), before any check runs."""
+    """Load FUNCTION (or GENERATE and PLAIN) and build the adapter (torch only if asked for), before any check runs."""
+    defaults = {"algorithm": "token", "batch": False, "log_probs": False, "returns": "tokens", "arrays": "numpy",
+                "no_vectors": False}
+    if args.pipeline is not None:
+        if args.target is not None:
+            raise ValueError(f"argument MODULE:FUNCTION: not with --pipeline (got {args.target})")
+        if args.reference is None:
+            raise ValueError("argument --reference: --pipeline needs --reference MODULE:PLAIN")
+        given = [name for name in VERIFIER_ONLY if getattr(args, name) != defaults[name]] + \
+            (["rng"] if args.rng != "generator" else [])
+        if given:
+            raise ValueError(f"argument --{given[0].replace('_', '-')}: not with --pipeline")
+        args.generate = load_function(args.pipeline)
+        args.plain = load_function(args.reference)
+        return
+    if args.target is None:
+        raise ValueError("argument MODULE:FUNCTION: required (or --pipeline MODULE:GENERATE --reference MODULE:PLAIN)")
+    given = [name for name in PIPELINE_ONLY if getattr(args, name) is not None]
+    if given:
+        raise ValueError(f"argument --{given[0].replace('_', '-')}: only with --pipeline")
     args.function = load_function(args.target)
     torch = _torch() if "torch" in (args.rng, args.arrays) else None
     rng = (lambda seed: torch.Generator().manual_seed(seed)) if args.rng == "torch" else args.rng
@@ -105,13 +149,34 @@ def check_args(args) -> None:
                                    returns=args.returns.replace("-", "_"), array=array)
 
 
+def run_pipeline(args) -> int:
+    print(f"checking {args.pipeline} against {args.reference} (seed {args.seed}) ...", flush=True)
+    report = pipeline.check_pipeline(
+        args.generate, args.plain, new_tokens=args.new_tokens, samples=args.samples or pipeline.SAMPLES,
+        seed=args.seed, vocabulary=args.vocabulary, call_limit=args.call_limit or pipeline.CALL_LIMIT,
+        time_limit=args.time_limit or pipeline.RUN_LIMIT, name=args.pipeline, reference_name=args.reference,
+        progress=lambda c: print(c.line(), flush=True))
+    verdict = "PASSED" if report.passed else f"FAILED ({len(report.failed)} of {len(report.checks)} checks)"
+    print(f"{verdict} in {report.seconds:.1f} s; one chi-square check at {conform.FAMILY_LEVEL:g}: "
+          f"a correct pipeline fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+    if report.diagnosis:
+        print(f"diagnosis: {report.diagnosis}")
+    if args.json:
+        write_text(args.json, json.dumps(report.to_json(), indent=1) + "\n")
+    return 0 if report.passed else 1
+
+
 def run(args) -> int:
-    if not hasattr(args, "adapter"):
+    if not hasattr(args, "adapter") and not hasattr(args, "generate"):
         check_args(args)
+    if args.pipeline is not None:
+        return run_pipeline(args)
     print(f"checking {args.target} as {args.algorithm} verification (seed {args.seed}) ...", flush=True)
     report = conform.check(args.function, args.adapter, algorithm=args.algorithm, seed=args.seed,
                            vectors_tier=not args.no_vectors, name=args.target,
-                           progress=lambda c: print(c.line(), flush=True))
+                           progress=lambda c: print(c.line(), flush=True),
+                           call_limit=args.call_limit or conform.CALL_LIMIT,
+                           time_limit=args.time_limit or conform.RUN_LIMIT)
     verdict = "PASSED" if report.passed else f"FAILED ({len(report.failed)} of {len(report.checks)} checks)"
     m = sum(1 for c in report.checks if c.level is not None)
     print(f"{verdict} in {report.seconds:.0f} s; {m} chi-square checks at {conform.FAMILY_LEVEL:g} / {m} each: "

@@ -45,6 +45,8 @@ on the vectors.
 from __future__ import annotations
 
 import json
+import signal
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -70,6 +72,12 @@ N_SEQUENCES = 6_000
 # The large vocabulary (GPT-2's 50257): the law is checked on tokens spread across it.
 LARGE_V = 50_257
 ALGORITHMS = ("token", "block")
+# Time limits: a verdict within a stated time whatever the verifier does.  Each call of the verifier may
+# take CALL_LIMIT seconds and a whole run RUN_LIMIT seconds (`check`'s call_limit and time_limit); a call
+# that passes either ends the run with a failing "time limit" check.  A run of a NumPy verifier takes
+# under two minutes (docs/conformance.md), transformers' PyTorch one about ten.
+CALL_LIMIT = 10.0
+RUN_LIMIT = 1800.0
 
 
 # ---------------------------------------------------------------- the adapter
@@ -282,6 +290,115 @@ class Report:
 
 # ---------------------------------------------------------------- watching every output
 
+class Stop(BaseException):
+    """Ends a run at once with a failing verdict (a BaseException, so that no check's `except Exception` keeps it)."""
+
+    check = "stop"
+
+
+class ContractViolation(Stop):
+    """An output outside the contract: not 1..K+1 tokens, not integer ids, an id outside [0, V)."""
+
+    check = "contract"
+
+
+class TimeLimit(Stop):
+    """A call, or the whole run, took longer than its limit."""
+
+    check = "time limit"
+
+
+def contract_problem(out, K: int, V: int) -> str:
+    """'' if `out` is a possible output of a verifier call (1-D, 1..K+1 integer ids in [0, V)), else what is wrong."""
+    try:
+        out = np.asarray(out)
+    except Exception as e:  # noqa: BLE001  (whatever it returned)
+        return f"returned something that is not an array of token ids ({type(e).__name__}: {e})"
+    if out.ndim != 1:
+        return f"returned an array of shape {out.shape}, not a 1-D array of token ids"
+    if not 1 <= len(out) <= K + 1:
+        return f"returned {len(out)} tokens for K = {K} (must be 1 to K + 1 = {K + 1})"
+    if out.dtype.kind == "f":
+        if not (np.all(np.isfinite(out)) and np.all(out == np.round(out))):
+            return f"returned {out.tolist()}: not integer token ids"
+    elif out.dtype.kind not in "iub":
+        return f"returned {out.tolist()!r} of dtype {out.dtype}: not integer token ids"
+    if np.any((out < 0) | (out >= V)):
+        return f"returned {out.tolist()}: a token id outside the vocabulary [0, {V})"
+    return ""
+
+
+class Limits:
+    """Time limits on calls into code under test: each call `per_call` seconds, all calls together end by `total` s.
+
+    In the main thread a call is interrupted by SIGALRM (a sleeping or looping Python function stops at
+    once; C code that never returns to the interpreter stops when it does); elsewhere the call runs in a
+    daemon thread that is abandoned when its time is up.  Either way the caller gets TimeLimit in time.
+    """
+
+    def __init__(self, per_call: float, total: float, what: str = "call"):
+        if not (per_call > 0 and total > 0):
+            raise ValueError(f"time limits must be > 0 seconds, got {per_call} per call and {total} in all")
+        self.per_call, self.total, self.what = float(per_call), float(total), what
+        self.start, self.calls = time.monotonic(), 0
+
+    def _message(self, limit: float) -> str:
+        if limit < self.per_call:
+            return (f"the run passed its time limit of {self.total:g} s during {self.what} {self.calls + 1} "
+                    f"(after {time.monotonic() - self.start:.1f} s)")
+        return f"{self.what} {self.calls + 1} did not return within its time limit of {self.per_call:g} s"
+
+    def call(self, function: Callable, *args):
+        limit = min(self.per_call, self.total - (time.monotonic() - self.start))
+        if limit <= 0:
+            raise TimeLimit(self._message(0.0))
+        message = self._message(limit)
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            def alarm(signum, frame):
+                raise TimeLimit(message)
+            previous = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                out = function(*args)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        else:
+            box = {}
+
+            def run():
+                try:
+                    box["out"] = function(*args)
+                except BaseException as e:  # noqa: BLE001  (handed back to the caller)
+                    box["error"] = e
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            worker.join(limit)
+            if worker.is_alive():
+                raise TimeLimit(message)
+            if "error" in box:
+                raise box["error"]
+            out = box["out"]
+        self.calls += 1
+        return out
+
+
+class Guarded:
+    """A verifier (verify's signature) under `limits`, whose every output must keep the contract (else ContractViolation)."""
+
+    def __init__(self, verifier: Callable, limits: Limits):
+        self.verifier, self.limits = verifier, limits
+        self.__name__ = getattr(verifier, "__name__", "verify")
+
+    def __call__(self, x_draft, p, q, rng):
+        out = self.limits.call(self.verifier, x_draft, p, q, rng)
+        K, V = np.shape(p)
+        problem = contract_problem(out, K, V)
+        if problem:
+            raise ContractViolation(f"{problem}; call {self.limits.calls}, x_draft={np.asarray(x_draft).tolist()}")
+        return np.asarray(out)
+
+
 class Watched:
     """A verifier that records what is wrong with any of its outputs: length, prefix, ids, a kept q(x) = 0 draft."""
 
@@ -462,9 +579,11 @@ def _injected_edge_checks(verifier) -> list[Check]:
         out = np.asarray(verifier(np.array([0]), p, q, vectors.ListedUniforms([0.0], tail=0.5)))
         ok = len(out) >= 1 and int(out[0]) != 0 and 0 <= int(out[0]) < 4
         detail = f"draft 0 with q(0) = 0 and every uniform 0.0 -> {out.tolist()}"
+        why = "" if ok else " (a kept draft the target never emits)" if len(out) >= 1 and int(out[0]) == 0 else \
+            " (not a token of the vocabulary)"
     except Exception as e:  # noqa: BLE001
-        ok, detail = False, f"raised {type(e).__name__}: {e}"
-    checks.append(Check("edge q(x) = 0, u = 0", "exact", ok, detail + ("" if ok else " (a kept draft the target never emits)")))
+        ok, detail, why = False, f"raised {type(e).__name__}: {e}", ""  # a raise is reported as a raise
+    checks.append(Check("edge q(x) = 0, u = 0", "exact", ok, detail + why))
     # p and q one rounding apart: q(x) / p(x) = 1 - 1e-12 < u = 1 - 2^-53 rejects x, and max(0, q - p) is all zero.
     p = np.array([[0.25, 0.25, 0.25, 0.25]])
     q = np.array([[0.25 * (1 - 1e-12), 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
@@ -506,18 +625,25 @@ def one_call_check(verifier: Callable, case: Case, algorithm: str = "token", lev
 
 def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "token", seed: int = 0,
           vectors_tier: bool = True, name: str | None = None, progress: Callable[[Check], None] | None = None,
-          scale: float = 1.0) -> Report:
+          scale: float = 1.0, call_limit: float = CALL_LIMIT, time_limit: float = RUN_LIMIT) -> Report:
     """Run every check on `function` (through `adapter`) as a verifier of `algorithm` ("token" or "block").
 
     Requires: function behaves like `mrs.verify` once `adapter` is applied.  The exact tier runs
     when vectors_tier is true and the adapter hands the function the rng object itself; the
     statistical tier always, with `scale` times the default samples (less power, same false-alarm
     rate).  `progress(check)` is called after each check.
+
+    Ensures a verdict in bounded time: each call of the function may take call_limit seconds and
+    all of them together time_limit; an output outside the contract (not 1..K+1 tokens, not integer
+    ids, an id outside [0, V)) or a call past a limit ends the run at once with a failing check
+    named "contract" or "time limit" that says what was wrong.  The run then ends within
+    time_limit + call_limit plus the checker's own work after the last call (a second or two).
     """
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
     start = time.perf_counter()
-    verifier = adapt(function, adapter)
+    limits = Limits(call_limit, time_limit, "verifier call")
+    verifier = Guarded(adapt(function, adapter), limits)
     report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed)
     signatures = SIGNATURES[algorithm]
 
@@ -526,56 +652,67 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
         if progress is not None:
             progress(c)
 
-    why_not = "" if vectors_tier and adapter.injectable else (
-        "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
-    if not why_not:
-        why_not = _probe_injectable(verifier)
-    if why_not:
-        add(Check("exact tier", "exact", None, f"skipped: {why_not}; the all-zero residual and u = 0 edge cases need "
-                                               "injected uniforms"))
-    else:
-        for c in exact_checks(verifier, algorithm):
-            add(c)
-
-    case_list = [Case(c.name, c.p, c.q, max(1, round(c.n * scale))) for c in cases(algorithm)]
-    m = len(case_list) + 1 + len(SEQ_K)  # chi-square checks in this run
-    level = FAMILY_LEVEL / m
-    rng = np.random.default_rng(seed)
-    seeds = rng.integers(2**63, size=m + 1)
-    watched = Watched(verifier)
     ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
-    for i, case in enumerate(case_list):
-        try:
-            c, scores = _law_check(f"one call: {case.name}", watched, case, CORRECT[algorithm], signatures, level,
-                                np.random.default_rng(seeds[i]))
-            if not c.passed:
-                ll_sum.update(scores)
-        except Exception as e:  # noqa: BLE001  (a crash fails the check, with what it said)
-            c = Check(f"one call: {case.name}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
-        add(c)
     try:
-        counted = accepted_count_case()
-        counted = Case(counted.name, counted.p, counted.q, max(1, round(counted.n * scale)))
-        c, scores = _law_check("accepted count (K=4, V=5)", watched, counted, CORRECT[algorithm], signatures,
-                               level, np.random.default_rng(seeds[len(case_list)]), marginal=_count_marginal)
-    except Exception as e:  # noqa: BLE001
-        c = Check("accepted count (K=4, V=5)", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
-    add(c)
-    for j, K in enumerate(SEQ_K):
+        why_not = "" if vectors_tier and adapter.injectable else (
+            "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
+        if not why_not:
+            why_not = _probe_injectable(verifier)
+        if why_not:
+            add(Check("exact tier", "exact", None, f"skipped: {why_not}; the all-zero residual and u = 0 edge cases need "
+                                                   "injected uniforms"))
+        else:
+            for c in exact_checks(verifier, algorithm):
+                add(c)
+
+        case_list = [Case(c.name, c.p, c.q, max(1, round(c.n * scale))) for c in cases(algorithm)]
+        m = len(case_list) + 1 + len(SEQ_K)  # chi-square checks in this run
+        level = FAMILY_LEVEL / m
+        rng = np.random.default_rng(seed)
+        seeds = rng.integers(2**63, size=m + 1)
+        watched = Watched(verifier)
+        for i, case in enumerate(case_list):
+            try:
+                c, scores = _law_check(f"one call: {case.name}", watched, case, CORRECT[algorithm], signatures, level,
+                                    np.random.default_rng(seeds[i]))
+                if not c.passed:
+                    ll_sum.update(scores)
+            except Exception as e:  # noqa: BLE001  (a crash fails the check, with what it said)
+                c = Check(f"one call: {case.name}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+            add(c)
         try:
-            c = _sequence_check(watched, K, level, np.random.default_rng(seeds[len(case_list) + 1 + j]),
-                                max(1, round(N_SEQUENCES * scale)))
+            counted = accepted_count_case()
+            counted = Case(counted.name, counted.p, counted.q, max(1, round(counted.n * scale)))
+            c, scores = _law_check("accepted count (K=4, V=5)", watched, counted, CORRECT[algorithm], signatures,
+                                   level, np.random.default_rng(seeds[len(case_list)]), marginal=_count_marginal)
         except Exception as e:  # noqa: BLE001
-            c = Check(f"sequences K={K}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+            c = Check("accepted count (K=4, V=5)", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
         add(c)
-    add(_form_check(watched, "every output seen"))
-    try:
-        c = _p_equals_q_check(verifier, algorithm, np.random.default_rng(seeds[-1]))
-    except Exception as e:  # noqa: BLE001
-        c = Check("edge p == q, large V", "edge", False, f"raised {type(e).__name__}: {e}")
-    add(c)
+        for j, K in enumerate(SEQ_K):
+            try:
+                c = _sequence_check(watched, K, level, np.random.default_rng(seeds[len(case_list) + 1 + j]),
+                                    max(1, round(N_SEQUENCES * scale)))
+            except Exception as e:  # noqa: BLE001
+                c = Check(f"sequences K={K}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+            add(c)
+        add(_form_check(watched, "every output seen"))
+        try:
+            c = _p_equals_q_check(verifier, algorithm, np.random.default_rng(seeds[-1]))
+        except Exception as e:  # noqa: BLE001
+            c = Check("edge p == q, large V", "edge", False, f"raised {type(e).__name__}: {e}")
+        add(c)
+
+    except Stop as stop:  # a contract violation or a time limit: the run ends here, failed, saying why
+        add(Check(stop.check, "edge", False, str(stop)))
+        report.diagnosis = f"{stop.check}: {stop}"
+        report.seconds = time.perf_counter() - start
+        return report
 
     report.diagnosis = _summary(report, ll_sum, signatures)
+    raised = [c for c in report.failed if c.detail.startswith("raised ")]
+    if raised:  # a verifier that raises is reported as raising
+        report.diagnosis = (f"the verifier raised ({raised[0].detail[len('raised '):]}) in {len(raised)} of the "
+                            f"{len(report.failed)} failing checks" + (f"; {report.diagnosis}" if report.diagnosis else ""))
     report.seconds = time.perf_counter() - start
     return report
 
@@ -600,3 +737,9 @@ def assert_conforms(function: Callable, adapter: Adapter = Adapter(), **kwargs) 
     if not report.passed:
         raise AssertionError("\n" + report.text())
     return report
+
+
+def check_pipeline(generate: Callable, reference: Callable, **kwargs):
+    """A whole speculative generator against the same models' plain sampling: `specref.proof.pipeline.check_pipeline`."""
+    from specref.proof import pipeline  # it imports this module
+    return pipeline.check_pipeline(generate, reference, **kwargs)

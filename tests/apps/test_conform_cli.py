@@ -5,13 +5,17 @@ status 2), the exit status is 0 when every check passes and 1 when any fails, an
 import importlib
 import importlib.util
 import json
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 
 from specref.apps import conform as command
 from specref.proof import conform
 
-from tests.apps.test_cli import assert_one_error_line, python
+from tests.apps.test_cli import ROOT, assert_one_error_line, python
 
 PROG = "python -m specref conform"
 
@@ -87,3 +91,165 @@ def test_a_real_process_with_a_crashing_verifier_fails_every_check_with_status_1
     assert "FAIL  vectors (verify)" in r.stdout and "raised RuntimeError: not implemented" in r.stdout
     assert "FAILED" in r.stdout and "pass " not in r.stdout
     assert command.TARGET.match("a.b:c.d")
+
+
+# ---------------------------------------------------------------- a verdict in bounded time, whatever the verifier does
+
+HOSTILE = '''
+import time
+import numpy as np
+
+def empty(x_draft, p, q, rng):
+    return np.array([], dtype=np.int64)
+
+def huge(x_draft, p, q, rng):
+    return np.array([10**9])
+
+def nan(x_draft, p, q, rng):
+    return np.array([np.nan])
+
+def raising(x_draft, p, q, rng):
+    raise RuntimeError("not implemented")
+
+def too_many(x_draft, p, q, rng):
+    return np.zeros(len(x_draft) + 2, dtype=np.int64)
+
+def floats(x_draft, p, q, rng):
+    return np.array([0.5])
+
+def sleeps(x_draft, p, q, rng):
+    time.sleep(60)
+
+def spins(x_draft, p, q, rng):
+    while True:
+        pass
+'''
+
+
+@pytest.mark.parametrize("name, check, message", [
+    ("empty", "contract", "returned 0 tokens for K = 1 (must be 1 to K + 1 = 2)"),
+    ("huge", "contract", "returned [1000000000]: a token id outside the vocabulary [0, 4)"),
+    ("nan", "contract", "returned [nan]: not integer token ids"),
+    ("too_many", "contract", "returned 3 tokens for K = 1 (must be 1 to K + 1 = 2)"),
+    ("floats", "contract", "returned [0.5]: not integer token ids"),
+    ("sleeps", "time limit", "verifier call 1 did not return within its time limit of 1 s"),
+])
+def test_a_hostile_verifier_fails_at_once_with_what_was_wrong(capsys, tmp_path, name, check, message):
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    cli = importlib.import_module("specref.__main__")
+    start = time.monotonic()
+    status = cli.main(["conform", f"{tmp_path}/hostile.py:{name}", "--call-limit", "1"])
+    seconds = time.monotonic() - start
+    out = capsys.readouterr().out
+    print(out, f"{seconds:.2f} s")
+    assert status == 1 and f"FAIL  {check}" in out and message in out and f"diagnosis: {check}: " in out
+    assert seconds < 5.0  # the stated limit is 1 s a call; the rest is loading the module
+
+
+def test_a_raising_verifier_is_reported_as_raising_not_as_keeping_a_draft(capsys, tmp_path):
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    cli = importlib.import_module("specref.__main__")
+    start = time.monotonic()
+    assert cli.main(["conform", f"{tmp_path}/hostile.py:raising", "--call-limit", "1"]) == 1
+    out = capsys.readouterr().out
+    print(out)
+    assert time.monotonic() - start < 30.0
+    assert "FAIL  edge q(x) = 0, u = 0" in out and "raised RuntimeError: not implemented" in out
+    assert "a kept draft the target never emits" not in out
+    assert "diagnosis: the verifier raised (RuntimeError: not implemented)" in out
+
+
+def test_the_run_time_limit_ends_a_slow_but_correct_verifier(capsys):
+    cli = importlib.import_module("specref.__main__")
+    start = time.monotonic()
+    assert cli.main(["conform", "specref.mrs:verify", "--time-limit", "2"]) == 1
+    out = capsys.readouterr().out
+    assert time.monotonic() - start < 4.0
+    assert "FAIL  time limit" in out and "the run passed its time limit of 2 s during verifier call" in out
+
+
+def test_a_verifier_that_never_returns_does_not_hang_a_real_process(tmp_path):
+    # a busy loop in a separate process, the test's own timeout as a backstop: the checker must end it
+    (tmp_path / "hostile.py").write_text(HOSTILE)
+    start = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "specref", "conform", f"{tmp_path}/hostile.py:spins", "--call-limit", "2"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    seconds = time.monotonic() - start
+    print(r.stdout, f"{seconds:.2f} s")
+    assert r.returncode == 1 and "FAIL  time limit" in r.stdout
+    assert "verifier call 1 did not return within its time limit of 2 s" in r.stdout and seconds < 20
+
+
+def test_limits_hold_outside_the_main_thread_too():
+    # no SIGALRM there: the call runs in a daemon thread that is abandoned when its time is up
+    namespace = {}
+    exec(HOSTILE, namespace)
+    result = {}
+
+    def run():
+        start = time.monotonic()
+        report = conform.check(namespace["sleeps"], call_limit=1.0)
+        result.update(report=report, seconds=time.monotonic() - start)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive() and result["seconds"] < 3.0
+    assert result["report"].checks[-1].name == "time limit" and not result["report"].passed
+
+
+# ---------------------------------------------------------------- --pipeline
+
+PIPE = "specref.proof.pipeline"
+
+
+@pytest.mark.parametrize("generate, status", [("TOY", 0), ("target_not_warped", 1)])
+def test_pipeline_mode_status_and_json(capsys, tmp_path, generate, status):
+    cli = importlib.import_module("specref.__main__")
+    out_json = tmp_path / "report.json"
+    argv = ["conform", "--pipeline", f"{PIPE}:{generate}.generate", "--reference", f"{PIPE}:{generate}.plain",
+            "--new-tokens", "4", "--samples", "5000", "--seed", "3", "--vocabulary", "6", "--json", str(out_json)]
+    assert cli.main(argv) == status
+    out = capsys.readouterr().out
+    print(out)
+    report = json.loads(out_json.read_text())
+    assert report["passed"] is (status == 0) and report["checks"][-1]["samples"] == 5000
+    assert ("PASSED" if status == 0 else "FAILED") in out and "sequences of 4 tokens" in out
+
+
+def test_pipeline_mode_a_generator_past_its_limit_fails_with_status_1(capsys, tmp_path):
+    (tmp_path / "gen.py").write_text("import time\ndef generate(n, seed):\n    time.sleep(60)\n")
+    cli = importlib.import_module("specref.__main__")
+    start = time.monotonic()
+    assert cli.main(["conform", "--pipeline", f"{tmp_path}/gen.py:generate", "--reference", f"{PIPE}:TOY.plain",
+                     "--call-limit", "1"]) == 1
+    assert time.monotonic() - start < 5.0
+    assert "pipeline call 1 did not return within its time limit of 1 s" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, option, message", [
+    (["--pipeline", f"{PIPE}:TOY.generate"], "--reference", "--pipeline needs --reference MODULE:PLAIN"),
+    ([], "MODULE:FUNCTION", "required (or --pipeline MODULE:GENERATE --reference MODULE:PLAIN)"),
+    (["specref.mrs:verify", "--samples", "10"], "--samples", "only with --pipeline"),
+    (["specref.mrs:verify", "--reference", f"{PIPE}:TOY.plain"], "--reference", "only with --pipeline"),
+    (["specref.mrs:verify", "--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:TOY.plain"],
+     "MODULE:FUNCTION", "not with --pipeline"),
+    (["--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:TOY.plain", "--algorithm", "block"],
+     "--algorithm", "not with --pipeline"),
+    (["--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:NOPE"], "MODULE:FUNCTION",
+     "specref.proof.pipeline has no NOPE"),
+    (["--pipeline", "gen", "--reference", f"{PIPE}:TOY.plain"], "--pipeline", "expected MODULE:FUNCTION"),
+    (["--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:TOY.plain", "--samples", "0"], "--samples", ""),
+    (["--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:TOY.plain", "--new-tokens", "x"],
+     "--new-tokens", ""),
+    (["specref.mrs:verify", "--call-limit", "0"], "--call-limit", ""),
+    (["specref.mrs:verify", "--time-limit", "-1"], "--time-limit", ""),
+])
+def test_pipeline_and_limit_usage_errors_are_one_line_and_status_2(capsys, argv, option, message):
+    cli = importlib.import_module("specref.__main__")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["conform", *argv])
+    assert exit.value.code == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert message in assert_one_error_line(err, PROG, option)

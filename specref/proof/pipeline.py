@@ -1,0 +1,503 @@
+"""Whole-pipeline conformance: a speculative generator against the same models' plain sampling.
+
+    from specref.proof import conform
+    report = conform.check_pipeline(my_speculative_generate, my_plain_generate)
+    assert report.passed, report.text()
+
+or `python -m specref conform --pipeline MODULE:GENERATE --reference MODULE:PLAIN`.
+
+The verifier check (`conform.check`) cannot see bugs around the verifier: rows handed to it that are
+not the rows the drafts were drawn from, a target whose rows miss the request's warps, a draft that
+decodes greedily.  This check looks at what comes out of the whole pipeline.  GENERATE(n_samples,
+seed) and PLAIN(n_samples, seed) each return n_samples generated sequences, an integer array
+[n_samples, L]: GENERATE through speculative sampling, PLAIN by the same target's ordinary sampling
+with the same settings (the pipeline owns its models and its prompt).  A correct speculative
+sampler gives its sequences the plain sampler's law, so the two samples must look alike:
+
+- output checks, on each sample: an integer array of n_samples rows and at least L columns, ids in
+  [0, V) when the vocabulary is given, and no sequence the reference law (when given) calls
+  impossible;
+- a two-sample chi-square test of homogeneity on whole L-token sequences: each sequence seen at
+  least MIN_EXPECTED times in the smaller sample's share of the pooled counts is a bin of its own,
+  the rarer ones share bins as in `stats.pooled_bins`.  The bins depend on the pooled counts only,
+  so given them the split between the two samples is what a correct pipeline makes it; the level
+  is the checker's family-wise FAMILY_LEVEL (this is the run's one chi-square check).
+
+Each call of GENERATE or PLAIN may take CALL_LIMIT seconds and the whole run RUN_LIMIT: a call past
+its limit, or an output that is not what the contract says, ends the run at once with a failing
+check that says what was wrong.
+
+The pipeline forms of the known around-the-verifier bugs are `Toy` pipelines (two Markov chains
+over V = 6 tokens, warped by temperature, top-k and top-p as `specref.warps` does, K = 2 drafts a
+call) in which one method differs from the correct `Toy`: see PIPELINE_BUGS.  Each has its exact
+law of L tokens (`Toy.law`), so the false-alarm rate and the power below are checked against exact
+arithmetic, not only measured: `python -m specref.proof.pipeline` measures them over fresh seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+from scipy import stats as sps
+
+from specref import warps
+from specref.proof import conform, stats
+
+FAMILY_LEVEL = conform.FAMILY_LEVEL
+SAMPLES = 20_000  # sequences in each sample by default
+CALL_LIMIT = 900.0  # seconds for one call of GENERATE or PLAIN (all n_samples sequences)
+RUN_LIMIT = 1800.0  # seconds for the whole run
+
+
+# ---------------------------------------------------------------- the test
+
+def two_sample_chi_square(a: Counter, b: Counter) -> tuple[float, int, float]:
+    """Pearson chi-square of homogeneity of two samples of outcomes, over pooled sparse bins: (statistic, dof, p-value).
+
+    The bins are `stats.pooled_bins` of the pooled frequencies for the smaller sample: an outcome
+    expected at least stats.MIN_EXPECTED times in each sample is a bin of its own, the rarer ones
+    are pooled.  They depend on the pooled counts only.
+    """
+    na, nb = sum(a.values()), sum(b.values())
+    if na == 0 or nb == 0:
+        raise ValueError("no observations")
+    total = na + nb
+    pooled = {k: (a.get(k, 0) + b.get(k, 0)) / total for k in set(a) | set(b)}
+    bins = stats.pooled_bins(pooled, min(na, nb))
+    if len(bins) < 2:
+        return 0.0, 0, 1.0
+    obs = np.array([[sum(c.get(k, 0) for k in group) for group in bins] for c in (a, b)], dtype=np.float64)  # [2, B]
+    share = obs.sum(axis=0) / total  # [B]
+    exp = np.outer([na, nb], share)  # [2, B]
+    stat = float(((obs - exp) ** 2 / exp).sum())
+    dof = len(bins) - 1
+    return stat, dof, float(sps.chi2.sf(stat, dof))
+
+
+def sequences(out, n: int, L: int | None, V: int | None, what: str) -> tuple[np.ndarray | None, str]:
+    """(out as an int64 array [n, L], '') if it is n sequences of at least L token ids in [0, V); else (None, what is wrong)."""
+    try:
+        if hasattr(out, "detach"):  # a torch tensor
+            out = out.detach().cpu()
+        arr = np.asarray(out)
+    except Exception as e:  # noqa: BLE001  (whatever it returned)
+        return None, f"{what} returned something that is not an array ({type(e).__name__}: {e})"
+    if arr.ndim != 2 or arr.shape[0] != n:
+        return None, f"{what} returned an array of shape {arr.shape}, not [{n}, L] ({n} sequences)"
+    if L is not None and arr.shape[1] < L:
+        return None, f"{what} returned {arr.shape[1]} tokens a sequence, fewer than the {L} asked for"
+    if arr.shape[1] == 0:
+        return None, f"{what} returned sequences of 0 tokens"
+    if arr.dtype.kind == "f":
+        if not (np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))):
+            bad = arr[~(np.isfinite(arr) & (arr == np.round(arr)))]
+            return None, f"{what} returned values that are not integer token ids, e.g. {bad.reshape(-1)[0]}"
+    elif arr.dtype.kind not in "iub":
+        return None, f"{what} returned an array of dtype {arr.dtype}, not integer token ids"
+    arr = arr.astype(np.int64)[:, : (L if L is not None else arr.shape[1])]
+    bad = arr[(arr < 0) | (arr >= (V if V is not None else np.iinfo(np.int64).max))]
+    if bad.size:
+        return None, f"{what} returned token id {int(bad[0])}, outside [0, {V if V is not None else 'inf'})"
+    return arr, ""
+
+
+@dataclass
+class PipelineReport:
+    """The checks of one pipeline run."""
+
+    generate: str
+    reference: str
+    seed: int
+    checks: list = field(default_factory=list)
+    seconds: float = 0.0
+    diagnosis: str = ""
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def failed(self) -> list:
+        return [c for c in self.checks if c.passed is False]
+
+    def text(self) -> str:
+        lines = [f"pipeline conformance of {self.generate} against {self.reference} (seed {self.seed})",
+                 f"one chi-square check at level {FAMILY_LEVEL:g}: a correct pipeline fails this run with probability "
+                 f"at most {FAMILY_LEVEL:g}; the other checks never fail a correct pipeline"]
+        lines += [c.line() for c in self.checks]
+        lines.append(("PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)")
+                     + f" in {self.seconds:.1f} s")
+        if self.diagnosis:
+            lines.append(f"diagnosis: {self.diagnosis}")
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def to_json(self) -> dict:
+        return {"generate": self.generate, "reference": self.reference, "seed": self.seed, "passed": self.passed,
+                "family_level": FAMILY_LEVEL, "seconds": self.seconds, "diagnosis": self.diagnosis,
+                "checks": [vars(c) for c in self.checks]}
+
+
+def check_pipeline(generate: Callable, reference: Callable, new_tokens: int | None = None, samples: int = SAMPLES,
+                   seed: int = 0, vocabulary: int | None = None, law: dict | None = None,
+                   call_limit: float = CALL_LIMIT, time_limit: float = RUN_LIMIT, name: str | None = None,
+                   reference_name: str | None = None, progress: Callable | None = None) -> PipelineReport:
+    """Check that generate(samples, seed) -> [samples, L] ids has the law of reference(samples, seed) (module docstring).
+
+    new_tokens: compare the first L = new_tokens tokens of each sequence (default: every column
+    GENERATE returns; PLAIN must return as many).  vocabulary: ids must be in [0, V).  law: the
+    exact law of L tokens, {tuple of L ids: probability}, if known: a sequence it gives probability
+    0 fails the run.  The two functions get different seeds drawn from `seed`.
+    """
+    if samples < 1 or int(samples) != samples:
+        raise ValueError(f"samples must be an integer >= 1, got {samples}")
+    if new_tokens is not None and (int(new_tokens) != new_tokens or new_tokens < 1):
+        raise ValueError(f"new_tokens must be an integer >= 1, got {new_tokens}")
+    start = time.perf_counter()
+    report = PipelineReport(name or getattr(generate, "__qualname__", repr(generate)),
+                            reference_name or getattr(reference, "__qualname__", repr(reference)), seed)
+
+    def add(c) -> None:
+        report.checks.append(c)
+        if progress is not None:
+            progress(c)
+
+    limits = conform.Limits(call_limit, time_limit, "pipeline call")
+    seed_g, seed_r = (int(s) for s in np.random.default_rng(seed).integers(2**31, size=2))
+    got = {}
+    try:
+        for what, function, s in (("speculative", generate, seed_g), ("plain", reference, seed_r)):
+            t0 = time.perf_counter()
+            try:
+                out = limits.call(function, samples, s)
+            except Exception as e:  # noqa: BLE001  (a crash is the verdict, reported as a crash)
+                raise _Raised(f"{what} ({what == 'speculative' and 'GENERATE' or 'PLAIN'}) raised {type(e).__name__}: {e}")
+            L = new_tokens if new_tokens is not None else (got["speculative"].shape[1] if got else None)
+            arr, problem = sequences(out, samples, L, vocabulary, "GENERATE" if what == "speculative" else "PLAIN")
+            if problem:
+                raise conform.ContractViolation(problem)
+            got[what] = arr
+            add(conform.Check(f"output: {what}", "edge", True, f"{samples} sequences of {arr.shape[1]} token ids"
+                              + (f" in [0, {vocabulary})" if vocabulary is not None else ""),
+                              seconds=time.perf_counter() - t0))
+    except _Raised as e:
+        add(conform.Check("raised", "edge", False, str(e)))
+        report.diagnosis = str(e)
+    except conform.Stop as stop:
+        add(conform.Check(stop.check, "edge", False, str(stop)))
+        report.diagnosis = f"{stop.check}: {stop}"
+    if report.diagnosis:
+        report.seconds = time.perf_counter() - start
+        return report
+
+    counts = {what: _count(arr) for what, arr in got.items()}
+    if law is not None:
+        impossible = {what: sum(c for s, c in counts[what].items() if law.get(s, 0.0) <= 0.0) for what in counts}
+        ok = not any(impossible.values())
+        example = next((s for what in counts for s in counts[what] if law.get(s, 0.0) <= 0.0), None)
+        add(conform.Check("no impossible sequence", "edge", ok,
+                          f"sequences the reference law gives probability 0: {impossible['speculative']} speculative, "
+                          f"{impossible['plain']} plain" + ("" if ok else f", e.g. {list(example)}")))
+    t0 = time.perf_counter()
+    stat, dof, pvalue = two_sample_chi_square(counts["speculative"], counts["plain"])
+    add(conform.Check(f"sequences of {got['plain'].shape[1]} tokens", "statistical", pvalue > FAMILY_LEVEL,
+                      f"chi2={stat:.1f} dof={dof} two-sample, {len(counts['speculative'])} and {len(counts['plain'])} "
+                      "distinct sequences", pvalue, FAMILY_LEVEL, samples, seconds=time.perf_counter() - t0))
+    if not report.passed:
+        report.diagnosis = ("the speculative pipeline's sequences do not have the plain sampler's law"
+                            if report.checks[-1].passed is False else "impossible sequences")
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _count(arr: np.ndarray) -> Counter:  # [n, L] -> {sequence: count}
+    rows, n = np.unique(arr, axis=0, return_counts=True)
+    return Counter({tuple(int(v) for v in r): int(c) for r, c in zip(rows, n)})
+
+
+class _Raised(Exception):
+    pass
+
+
+# ---------------------------------------------------------------- pipeline forms of the known bugs
+
+def bf16(probs: np.ndarray) -> np.ndarray:
+    """Probabilities rounded to bfloat16 (round to nearest, ties to even, on float32's upper 16 bits), as float64."""
+    bits = np.asarray(probs, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16
+    return rounded.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _draw(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:  # [m, V] (unnormalised weights) -> [m]
+    cdf = np.cumsum(rows, axis=1)
+    u = rng.random(len(rows)) * cdf[:, -1]
+    return np.minimum((cdf <= u[:, None]).sum(axis=1), rows.shape[1] - 1)
+
+
+class Toy:
+    """A small speculative sampler, correct: a target and a draft Markov chain (order 1) over V tokens, warped alike.
+
+    generate(n, seed) is Chen's Algorithm 2 (K drafts a call, token-level verification) run on n
+    sequences at once; plain(n, seed) samples the warped target alone; law() is the exact law of L
+    tokens of generate.  The pieces below are what the bugs of PIPELINE_BUGS change, one each:
+    drafted_by (rows the drafts are drawn from), verify_p and verify_q (rows handed to the
+    verifier), emitted_by (what the target's token is drawn from, given its row).
+    """
+
+    about = "correct: the draft's and the target's rows warped alike, the drafts' own rows handed to the verifier"
+
+    def __init__(self, V: int = 6, K: int = 2, L: int = 4, temperature: float = 0.9, top_k: int | None = 4,
+                 top_p: float | None = 0.95, prompt: int = 0, seed: int = 11):
+        rng = np.random.default_rng(seed)
+        self.V, self.K, self.L, self.prompt = V, K, L, prompt
+        self.q_raw = rng.dirichlet(np.full(V, 0.6), size=V)  # [V, V] the target's row given the previous token
+        self.p_raw = 0.5 * self.q_raw + 0.5 * rng.dirichlet(np.full(V, 0.6), size=V)  # [V, V] the draft's
+        self.warp = warps.Warp(temperature, top_k, top_p)
+        self.p_warped, self.q_warped = self.warp(self.p_raw), self.warp(self.q_raw)  # [V, V] each
+
+    # the pieces (each bug changes one)
+    def drafted_by(self) -> np.ndarray:  # [V, V] the law each draft token is drawn from, given the previous token
+        return self.p_warped
+
+    def verify_p(self) -> np.ndarray:  # [V, V] the draft rows handed to the verifier
+        return self.p_warped
+
+    def verify_q(self) -> np.ndarray:  # [V, V] the target rows handed to the verifier
+        return self.q_warped
+
+    def emitted_by(self, rows: np.ndarray) -> np.ndarray:  # [..., V] the target's row (residual or bonus) -> law drawn
+        return rows
+
+    # sampling
+    def generate(self, n: int, seed: int) -> np.ndarray:  # -> [n, L]
+        rng = np.random.default_rng(seed)
+        K, L = self.K, self.L
+        drafted, p_rows, q_rows = self.drafted_by(), self.verify_p(), self.verify_q()
+        out = np.zeros((n, L + K + 1), dtype=np.int64)
+        length = np.zeros(n, dtype=np.int64)
+        last = np.full(n, self.prompt, dtype=np.int64)
+        active = np.arange(n)
+        while active.size:
+            m = active.size
+            context = [last[active]]
+            for _ in range(K):  # the drafts, one after the other
+                context.append(_draw(drafted[context[-1]], rng))
+            C = np.stack(context, axis=1)  # [m, K+1]: C[:, t] is the token before position t; C[:, 1:] the drafts
+            X = C[:, 1:]  # [m, K]
+            p, q = p_rows[C[:, :K]], q_rows[C]  # [m, K, V], [m, K+1, V]
+            px = np.take_along_axis(p, X[..., None], axis=2)[..., 0]  # [m, K]
+            qx = np.take_along_axis(q[:, :K], X[..., None], axis=2)[..., 0]
+            with np.errstate(divide="ignore", invalid="ignore"):
+                kept = rng.random((m, K)) < qx / px
+            a = np.cumprod(kept, axis=1).sum(axis=1)  # [m] drafts accepted
+            rows = q[np.arange(m), a].copy()  # [m, V]: the bonus row where a == K
+            rejected = a < K
+            ar = np.minimum(a, K - 1)
+            residual = np.maximum(q[np.arange(m), ar] - p[np.arange(m), ar], 0.0)  # [m, V]
+            zero = residual.sum(axis=1) <= 0
+            residual[zero] = q[np.arange(m), ar][zero]  # an all-zero residual falls back to q
+            rows[rejected] = residual[rejected]
+            y = _draw(self.emitted_by(rows / rows.sum(axis=1, keepdims=True)), rng)  # [m]
+            new = np.concatenate([X, y[:, None]], axis=1)  # [m, K+1]
+            for j in range(K + 1):  # write the a accepted drafts, then y
+                token = np.where(j < a, new[:, j], y)
+                write = j <= a
+                out[active[write], length[active[write]] + j] = token[write]
+            length[active] += a + 1
+            last[active] = y
+            active = active[length[active] < L]
+        return out[:, :L]
+
+    def plain(self, n: int, seed: int) -> np.ndarray:  # -> [n, L]
+        rng = np.random.default_rng(seed)
+        out = np.zeros((n, self.L), dtype=np.int64)
+        last = np.full(n, self.prompt, dtype=np.int64)
+        for i in range(self.L):
+            last = out[:, i] = _draw(self.q_warped[last], rng)
+        return out
+
+    # exact laws
+    def call_law(self, previous: int) -> dict[tuple, float]:
+        """Exact law of one call's new tokens after the token `previous`, from the same pieces as generate."""
+        K, V = self.K, self.V
+        drafted, p_rows, q_rows = self.drafted_by(), self.verify_p(), self.verify_q()
+        drafted = drafted / drafted.sum(axis=1, keepdims=True)
+        emitted = (lambda row: list(self.emitted_by(np.asarray(row, dtype=np.float64)[None] / np.sum(row))[0]))
+        law = {}
+        for xs in np.ndindex(*(V,) * K):
+            context = (previous, *xs)
+            chance = float(np.prod([drafted[context[t], xs[t]] for t in range(K)]))
+            if chance == 0:
+                continue
+            p = [list(p_rows[context[t]]) for t in range(K)]
+            q = [list(q_rows[context[t]]) for t in range(K + 1)]
+            q[K] = emitted(q[K])  # the bonus token's law (only the bonus reads row K)
+
+            def resample(p_t, q_t, x):
+                excess = [max(0.0, b - a) for a, b in zip(p_t, q_t)]
+                return emitted(excess if sum(excess) > 0 else q_t)
+            for out, v in stats.token_call_law(list(xs), p, q, resample=resample).items():
+                law[out] = law.get(out, 0.0) + chance * v
+        return law
+
+    def law(self) -> dict[tuple, float]:
+        """Exact law of generate's L tokens: calls continued until L tokens, the first L kept."""
+        calls = {v: self.call_law(v) for v in range(self.V)}
+        done, frontier = {}, {(): 1.0}
+        while frontier:
+            nxt = {}
+            for seq, w in frontier.items():
+                for out, v in calls[seq[-1] if seq else self.prompt].items():
+                    s = (seq + out)[: self.L]
+                    target = done if len(s) == self.L else nxt
+                    target[s] = target.get(s, 0.0) + w * v
+            frontier = nxt
+        return done
+
+    def plain_law(self) -> dict[tuple, float]:
+        """Exact law of plain's L tokens: the warped target's chain."""
+        return stats.continued_law({(): 1.0}, lambda s: self.q_warped[s[-1] if s else self.prompt], self.L)
+
+    def acceptance(self) -> float:
+        """Expected share of drafts accepted in the first call (the pipeline's alpha after the prompt)."""
+        law = self.call_law(self.prompt)
+        return sum(v * min(len(o) - 1, self.K) for o, v in law.items()) / self.K
+
+
+class UnfilteredDraftRows(Toy):
+    """Shipped in Hugging Face transformers, #47932 (PRs #47961, #48007): the drafts were sampled from the
+    draft's top-k/top-p-filtered logits, and the raw distribution was handed on as the draft's probabilities."""
+
+    about = "the drafts are sampled from the warped draft rows but the verifier gets the unwarped ones"
+
+    def verify_p(self):
+        return self.p_raw
+
+
+class GreedyDraft(Toy):
+    """Shipped in Hugging Face transformers, #32867: the assistant decoded greedily while its sampling
+    probabilities were passed on to the verifier."""
+
+    about = "the draft decodes greedily (argmax) while its sampling probabilities go to the verifier"
+
+    def drafted_by(self):
+        return warps.greedy(self.p_warped)
+
+
+class TargetNotWarped(Toy):
+    """Shipped in vLLM, #9834 (PR #10198): the request's sampling parameters were not applied to the
+    target's probabilities during verification."""
+
+    about = "the target's rows reach the verifier without the request's temperature/top-k/top-p"
+
+    def verify_q(self):
+        return self.q_raw
+
+
+class ArgmaxAfterFilters(Toy):
+    """Shipped in mistral.rs, PR #2424 (and ROCm ATOM PR #2318): with sampling asked for, the token was the
+    argmax of the filtered distribution; here the target's own token (after a rejection, or the bonus)."""
+
+    about = "the target's token is the argmax of its filtered row instead of a draw from it"
+
+    def emitted_by(self, rows):
+        return warps.greedy(rows)
+
+
+class Bf16Draft(Toy):
+    """Shipped in DeepSpec, #31: the drafts were sampled from bf16 probabilities and verified with float32
+    ones.  bf16 keeps 8 significant bits, so the two differ by up to 2^-8 relative: a small bias."""
+
+    about = "the drafts are drawn from bf16-rounded draft rows, the verifier gets the float32 ones"
+
+    def drafted_by(self):
+        return bf16(self.p_warped)
+
+
+PIPELINE_BUGS = {"unfiltered_draft_rows": UnfilteredDraftRows, "greedy_draft": GreedyDraft,
+                 "target_not_warped": TargetNotWarped, "argmax_after_filters": ArgmaxAfterFilters,
+                 "bf16_draft": Bf16Draft}
+# For the command line: specref.proof.pipeline:TOY.generate against specref.proof.pipeline:TOY.plain, and each bug.
+TOY = Toy()
+unfiltered_draft_rows, greedy_draft, target_not_warped, argmax_after_filters, bf16_draft = (
+    cls() for cls in PIPELINE_BUGS.values())
+
+
+def total_variation(a: dict, b: dict) -> float:
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
+def samples_to_see(law: dict, reference: dict, power: float = 0.5, level: float = FAMILY_LEVEL) -> int:
+    """Sequences per sample at which the two-sample test rejects with probability `power`, by the noncentral
+    chi-square with the bins of the reference law pooled at that size (equal samples: lambda = n/2 * sum (a-b)^2/mean)."""
+    def chance(n: int) -> float:
+        mean = {k: (law.get(k, 0.0) + reference.get(k, 0.0)) / 2 for k in set(law) | set(reference)}
+        bins = stats.pooled_bins(mean, n)
+        a = np.array([sum(law.get(k, 0.0) for k in g) for g in bins])
+        b = np.array([sum(reference.get(k, 0.0) for k in g) for g in bins])
+        lam = n / 2 * float(((a - b) ** 2 / ((a + b) / 2)).sum())
+        dof = len(bins) - 1
+        return float(sps.ncx2.sf(sps.chi2.isf(level, dof), dof, lam)) if dof > 0 else 0.0
+    n = 16
+    while chance(n) < power:
+        n *= 2
+        if n > 10**12:
+            return n
+    lo, hi = n // 2, n
+    while hi - lo > max(1, lo // 100):
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if chance(mid) < power else (lo, mid)
+    return hi
+
+
+# ---------------------------------------------------------------- false alarms and power, measured
+
+def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed: int = 1) -> dict:
+    """Runs check_pipeline with fresh seeds: on TOY (false alarms) and on each PIPELINE_BUGS pipeline (power)."""
+    out = {"samples": samples, "level": FAMILY_LEVEL}
+    toy = TOY
+    ps = [check_pipeline(toy.generate, toy.plain, samples=samples, seed=first_seed + i).checks[-1].pvalue
+          for i in range(runs_correct)]
+    out["correct"] = {"runs": runs_correct, "failed": int(sum(p <= FAMILY_LEVEL for p in ps)),
+                      "below_0.05": float(np.mean(np.array(ps) < 0.05)), "below_0.01": float(np.mean(np.array(ps) < 0.01)),
+                      "ks_uniform_p": float(sps.kstest(ps, "uniform").pvalue)}
+    reference = toy.plain_law()
+    for name, cls in PIPELINE_BUGS.items():
+        bug = cls()
+        law = bug.law()
+        fails = sum(not check_pipeline(bug.generate, bug.plain, samples=samples, seed=first_seed + i).passed
+                    for i in range(runs_bug))
+        out[name] = {"runs": runs_bug, "failed": int(fails), "total_variation": total_variation(law, reference),
+                     "acceptance": bug.acceptance(), "samples_for_power_0.5": samples_to_see(law, reference)}
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="false-alarm rate and power of the pipeline check, over fresh seeds")
+    ap.add_argument("--correct-runs", type=int, default=1000)
+    ap.add_argument("--bug-runs", type=int, default=100)
+    ap.add_argument("--samples", type=int, default=SAMPLES)
+    ap.add_argument("--first-seed", type=int, default=1)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    start = time.time()
+    result = measure(args.correct_runs, args.bug_runs, args.samples, args.first_seed)
+    result["seconds"] = time.time() - start
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        from specref.files import write_text
+        write_text(args.json, text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

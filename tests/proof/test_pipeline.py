@@ -1,0 +1,175 @@
+"""The whole-pipeline check (specref.proof.pipeline) proven on pipelines whose law is known exactly.
+
+The correct toy pipeline's exact law of L tokens is its plain sampler's; each pipeline form of a
+shipped bug has another law, and each toy's sampler fits its own exact law.  check_pipeline passes
+the correct pipeline and fails the four visible bugs at the default sample size; the bf16 one
+needs about 4e7 sequences a sample (computed, and the computation checked where it can be run).
+The two-sample test's false-alarm rate is measured on multinomial draws from the exact law.  Every
+hostile generator ends with a failing verdict, named, in bounded time.
+
+False alarms: every chi-square below runs at the checker's level 1e-3 with a fixed seed, so each
+fails a correct sampler with probability 1e-3 at most; the rate tests bound their counts at
+binomial tail probabilities below 1e-4.
+"""
+
+import time
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from specref.proof import conform, pipeline, stats
+
+TOY = pipeline.TOY
+VISIBLE = ["unfiltered_draft_rows", "greedy_draft", "target_not_warped", "argmax_after_filters"]
+
+
+@pytest.fixture(scope="module")
+def plain_law():
+    return TOY.plain_law()
+
+
+# ---------------------------------------------------------------- the toy pipelines, exactly
+
+def test_the_correct_pipeline_has_the_plain_law_and_every_bug_another(plain_law):
+    assert abs(sum(plain_law.values()) - 1) < 1e-12 and len(plain_law) > 50
+    assert pipeline.total_variation(TOY.law(), plain_law) < 1e-12
+    for name, cls in pipeline.PIPELINE_BUGS.items():
+        law = cls().law()
+        assert abs(sum(law.values()) - 1) < 1e-12, name
+        assert pipeline.total_variation(law, plain_law) > (1e-4 if name == "bf16_draft" else 0.05), name
+    assert 0.3 < TOY.acceptance() < 0.8
+
+
+@pytest.mark.parametrize("name", ["correct", *pipeline.PIPELINE_BUGS])
+def test_each_toy_samples_its_own_exact_law(name, plain_law):
+    toy = TOY if name == "correct" else pipeline.PIPELINE_BUGS[name]()
+    law = toy.law()
+    _, _, p = stats.chi_square_gof(pipeline._count(toy.generate(20_000, 5)), law)
+    assert p > 1e-3, (name, p)
+    if name in VISIBLE:  # negative control: the same draws do not fit the plain law
+        assert stats.chi_square_gof(pipeline._count(toy.generate(20_000, 5)), plain_law)[2] < 1e-6
+    assert stats.chi_square_gof(pipeline._count(toy.plain(20_000, 6)), plain_law)[2] > 1e-3
+
+
+def test_bf16_rounding_keeps_8_significant_bits_rounding_to_nearest_even():
+    x = np.array([1.0, 0.1, 1 / 3, 2.0 ** -20 * 1.00390625, 1 + 2.0 ** -8])
+    r = pipeline.bf16(x)
+    assert r[0] == 1.0 and r[4] == 1.0  # 1 + 2^-8 is a tie: to even
+    assert np.all(np.abs(r - x) <= x * 2.0 ** -8) and not np.allclose(r[1:3], x[1:3], rtol=1e-4, atol=0)
+    assert np.all((pipeline.bf16(x).astype(np.float32).view(np.uint32) & 0xFFFF) == 0)
+
+
+# ---------------------------------------------------------------- the check: pass, fail, power
+
+def test_it_passes_the_correct_pipeline_and_fails_every_visible_bug_at_the_default_size(plain_law):
+    report = conform.check_pipeline(TOY.generate, TOY.plain, seed=0, vocabulary=TOY.V, law=plain_law)
+    print(report.text())
+    assert report.passed and [c.passed for c in report.checks] == [True] * 4
+    assert report.checks[-1].samples == pipeline.SAMPLES == 20_000
+    for name in VISIBLE:
+        bug = pipeline.PIPELINE_BUGS[name]()
+        report = conform.check_pipeline(bug.generate, bug.plain, seed=0)
+        print(report.text())
+        assert not report.passed and report.checks[-1].pvalue < 1e-10, name
+
+
+def test_bf16_is_not_seen_at_the_default_size_and_its_needed_size_is_computed(plain_law):
+    bug = pipeline.Bf16Draft()
+    assert conform.check_pipeline(bug.generate, bug.plain, seed=0).passed
+    n = pipeline.samples_to_see(bug.law(), plain_law)
+    assert 1e7 < n < 1e8  # about 4e7 sequences in each sample for power 0.5
+
+
+@pytest.mark.parametrize("name", ["unfiltered_draft_rows", "argmax_after_filters"])
+def test_the_computed_size_for_power_one_half_is_what_the_check_measures(name, plain_law):
+    bug = pipeline.PIPELINE_BUGS[name]()
+    n = pipeline.samples_to_see(bug.law(), plain_law)
+    fails = sum(not pipeline.check_pipeline(bug.generate, bug.plain, samples=n, seed=s).passed for s in range(200))
+    assert 0.38 * 200 <= fails <= 0.68 * 200, (name, n, fails)  # 0.5 within 3.4 standard errors
+
+
+def test_two_sample_false_alarm_rate_on_draws_from_the_exact_law(plain_law):
+    # 3000 pairs of multinomial samples of 20 000 from the plain law: at 0.01, 30 false alarms are
+    # expected and more than 55 has probability below 1e-4; at 1e-3, more than 11 below 1e-4.
+    rng = np.random.default_rng(2026)
+    keys, probs = list(plain_law), np.array(list(plain_law.values()))
+    ps = []
+    for _ in range(3000):
+        a, b = (Counter({k: int(c) for k, c in zip(keys, rng.multinomial(20_000, probs)) if c}) for _ in range(2))
+        ps.append(pipeline.two_sample_chi_square(a, b)[2])
+    ps = np.array(ps)
+    print((ps < 0.01).sum(), (ps < 1e-3).sum())
+    assert (ps < 0.01).sum() <= 55 and (ps < 1e-3).sum() <= 11
+    assert (ps < 0.5).sum() > 1300  # not a test that never rejects: half its p-values are below 0.5
+    # negative control: one sample from the unfiltered-rows bug's law
+    bug = pipeline.UnfilteredDraftRows().law()
+    counts = Counter({k: int(c) for k, c in zip(bug, rng.multinomial(20_000, list(bug.values()))) if c})
+    b = Counter({k: int(c) for k, c in zip(keys, rng.multinomial(20_000, probs)) if c})
+    assert pipeline.two_sample_chi_square(counts, b)[2] < 1e-10
+
+
+def test_two_sample_chi_square_by_hand():
+    a, b = Counter({(0,): 60, (1,): 40}), Counter({(0,): 40, (1,): 60})
+    stat, dof, p = pipeline.two_sample_chi_square(a, b)
+    # pooled 0.5 / 0.5, each expected 50: (10^2 / 50) * 4 = 8
+    assert stat == pytest.approx(8.0) and dof == 1 and p == pytest.approx(0.004678, rel=1e-3)
+    assert pipeline.two_sample_chi_square(a, a)[0] == 0.0
+
+
+# ---------------------------------------------------------------- hostile generators: a verdict, in time
+
+def _bad(kind):
+    def generate(n, seed):
+        if kind == "empty":
+            return np.zeros((0,), dtype=np.int64)
+        if kind == "huge":
+            return np.full((n, 4), 10**9)
+        if kind == "nan":
+            return np.full((n, 4), np.nan)
+        if kind == "floats":
+            return np.full((n, 4), 0.5)
+        if kind == "short":
+            return np.zeros((n, 2), dtype=np.int64)
+        if kind == "rows":
+            return np.zeros((n - 1, 4), dtype=np.int64)
+        if kind == "raises":
+            raise RuntimeError("no model loaded")
+        if kind == "sleeps":
+            time.sleep(30)
+        if kind == "spins":
+            end = time.monotonic() + 30
+            while time.monotonic() < end:
+                pass
+        return TOY.generate(n, seed)
+    return generate
+
+
+@pytest.mark.parametrize("kind, check, message", [
+    ("empty", "contract", "GENERATE returned an array of shape (0,)"),
+    ("huge", "contract", "GENERATE returned token id 1000000000, outside [0, 6)"),
+    ("nan", "contract", "not integer token ids"),
+    ("floats", "contract", "not integer token ids, e.g. 0.5"),
+    ("short", "contract", "returned 2 tokens a sequence, fewer than the 4 asked for"),
+    ("rows", "contract", "not [100, L] (100 sequences)"),
+    ("raises", "raised", "speculative (GENERATE) raised RuntimeError: no model loaded"),
+    ("sleeps", "time limit", "pipeline call 1 did not return within its time limit of 1 s"),
+    ("spins", "time limit", "pipeline call 1 did not return within its time limit of 1 s"),
+])
+def test_a_hostile_generator_fails_at_once_and_is_named(kind, check, message):
+    start = time.monotonic()
+    report = pipeline.check_pipeline(_bad(kind), TOY.plain, samples=100, new_tokens=4, vocabulary=6, call_limit=1.0)
+    seconds = time.monotonic() - start
+    print(report.text(), f"\n{seconds:.2f} s")
+    assert not report.passed and report.checks[-1].name == check and message in report.checks[-1].detail
+    assert seconds < 3.0
+
+
+def test_the_run_time_limit_holds_across_calls():
+    def slow(n, seed):
+        time.sleep(0.6)
+        return TOY.plain(n, seed)
+    start = time.monotonic()
+    report = pipeline.check_pipeline(slow, slow, samples=100, call_limit=5.0, time_limit=1.0)
+    assert time.monotonic() - start < 2.5
+    assert not report.passed and "passed its time limit of 1 s during pipeline call 2" in report.checks[-1].detail
