@@ -55,7 +55,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, sampling
-from specref.proof import broken, lossy, stats, vectors
+from specref.proof import broken, lossy, shipped, stats, vectors
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).
 FAMILY_LEVEL = stats.LEVEL
@@ -146,10 +146,8 @@ def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
 # law for fixed drafts, law(x_draft, p, q) -> {output: probability}, summed over the drafts by
 # stats.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
 # wrong about the other.
-TOKEN_LEVEL = broken.Bug("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
-                         mrs.verify, stats.token_call_law)
-BLOCK = broken.Bug("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
-                   mrs.verify_block, stats.block_call_law)
+# (Defined in specref.proof.shipped, whose gallery uses TOKEN_LEVEL for vllm-ascend #7807.)
+TOKEN_LEVEL, BLOCK = shipped.TOKEN_LEVEL, shipped.BLOCK
 # The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
 SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
               "block": [*broken.BROKEN_BLOCK.values(), TOKEN_LEVEL, *lossy.LOSSY]}
@@ -157,6 +155,10 @@ SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
 # as each algorithm whose diagnosis knows it ("name/algorithm" -> (bug, algorithm)):
 # tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
 KNOWN_BUGS = {f"{bug.name}/{algorithm}": (bug, algorithm) for algorithm in ALGORITHMS for bug in SIGNATURES[algorithm]}
+# The one-call diagnosis also knows the single-call forms of the bugs that shipped (specref.proof.shipped,
+# docs/shipped_bugs.md; those already among SIGNATURES once); the exact-tier edge checks name the shipped
+# edge-case bugs (shipped.edge_signature) in the run's diagnosis.
+DIAGNOSED = {a: SIGNATURES[a] + [b for b in shipped.signatures(a) if b not in SIGNATURES[a]] for a in ALGORITHMS}
 CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
 
 
@@ -278,9 +280,26 @@ class Report:
         lines.append(f"{verdict} in {self.seconds:.0f} s")
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
+        edge = _edge_names(self)
+        if edge and edge not in self.diagnosis:  # a run ended by its contract check
+            lines.append(f"known bug that shipped: {edge}")
+        if self.coverage():
+            lines.append(self.coverage())
         return "\n".join(lines)
 
     __str__ = text
+
+    def coverage(self) -> str:
+        """Which bugs that shipped (specref.proof.shipped) a run of these sample sizes catches with at least 95% power:
+        the edge cases when the exact tier ran, the others by `power.run_power` from exact laws (sequences left out)."""
+        stat = [c for c in self.checks if c.tier == "statistical" and c.samples and c.level]
+        if not stat:
+            return ""
+        from specref.proof import power  # it imports this module
+        exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
+        yes, no = power.caught(self.algorithm, {c.name: c.samples for c in stat}, min(c.level for c in stat), exact_ran)
+        return (f"bugs that shipped (docs/shipped_bugs.md) this run catches with >= 95% power: {', '.join(yes) or 'none'}"
+                + (f"; with less: {', '.join(no)}" if no else ""))
 
     def to_json(self) -> dict:
         return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
@@ -613,14 +632,14 @@ def _probe_injectable(verifier) -> str:
 
 def exact_checks(verifier: Callable, algorithm: str = "token") -> list[Check]:
     """The exact tier on a verifier with `mrs.verify`'s signature that takes injected uniforms: the vectors, two edge cases."""
-    return [_vectors_check(verifier, algorithm, SIGNATURES[algorithm]), *_injected_edge_checks(verifier)]
+    return [_vectors_check(verifier, algorithm, DIAGNOSED[algorithm]), *_injected_edge_checks(verifier)]
 
 
 def one_call_check(verifier: Callable, case: Case, algorithm: str = "token", level: float = FAMILY_LEVEL,
                    rng: np.random.Generator | None = None) -> Check:
     """The chi-square check of one call's output law on `case`, with a diagnosis if it fails (verify's signature)."""
     rng = np.random.default_rng(0) if rng is None else rng
-    return _law_check(f"one call: {case.name}", verifier, case, CORRECT[algorithm], SIGNATURES[algorithm], level, rng)[0]
+    return _law_check(f"one call: {case.name}", verifier, case, CORRECT[algorithm], DIAGNOSED[algorithm], level, rng)[0]
 
 
 def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "token", seed: int = 0,
@@ -645,7 +664,7 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     limits = Limits(call_limit, time_limit, "verifier call")
     verifier = Guarded(adapt(function, adapter), limits)
     report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed)
-    signatures = SIGNATURES[algorithm]
+    signatures = DIAGNOSED[algorithm]
 
     def add(c: Check) -> None:
         report.checks.append(c)
@@ -717,18 +736,28 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     return report
 
 
+def _edge_names(report: Report) -> str:
+    """The shipped bugs (specref.proof.shipped) that the run's failing edge or contract checks are the signature of."""
+    found = [(c, s) for c, s in ((c, shipped.edge_signature(c.name, c.detail)) for c in report.failed) if s is not None]
+    return "; ".join(f"{s.name}: {s.bug.about} (the check '{c.name}' failed)" for c, s in found)
+
+
 def _summary(report: Report, ll_sum: Counter, signatures: list[broken.Bug]) -> str:
     # Over every failing one-call check: the bug under which all their counts together are likeliest.
+    # A failing exact-tier edge check names the shipped bug it is the signature of.
     if report.passed:
         return ""
+    edge = _edge_names(report)
     if not ll_sum:
-        return "no known bug's signature matches (see the failing checks)"
+        return edge or "no known bug's signature matches (see the failing checks)"
     best = max(ll_sum, key=ll_sum.get)
     named = Counter(c.bug for c in report.failed if c.bug)
     looks_like = {s.name: s.about for s in signatures}[best]
     if named[best]:
-        return f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
-    return f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+        found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
+    else:
+        found = f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+    return f"{edge}; {found}" if edge else found
 
 
 def assert_conforms(function: Callable, adapter: Adapter = Adapter(), **kwargs) -> Report:
