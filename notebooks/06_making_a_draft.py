@@ -46,12 +46,12 @@ from specref.apps import train_draft as td
 from specref.apps.progress import Progress
 from specref.quick import quick_mode
 from specref.smollm2 import draft as nd
-from specref.smollm2.model import load_smollm2
+from specref.fast import load_fast
 
 QUICK = quick_mode()
 N_NEW = 32 if QUICK else 96
 MACHINE = plots.machine_label()
-model = load_smollm2()
+model = load_fast(measure=True)  # the fast path (specref.fast): the timings below are only fair on it
 draft = nd.shipped_draft(model)
 print(draft, "|", draft.weights.meta["command"], "|", draft.weights.meta["data"])
 
@@ -168,3 +168,17 @@ ax.set(xlim=lim, ylim=lim, xlabel="predicted speedup", ylabel="measured speedup"
 ax.legend(fontsize=7)
 ax.grid(alpha=0.3)
 fig.tight_layout()
+
+# %% [markdown]
+# ## Does the draft pay on this CPU, and at which K?
+#
+# The same question `python3 -m specref demo` asks before each run: with this machine's cost of scoring $K + 1$
+# tokens (measured now, `demo.scoring_costs`) and each draft's $\alpha$ and $c$ from the runs above, Theorem 3.8
+# picks the best $K$ (`demo.choose_K`), or says that none pays and what $\alpha$ the draft would need.
+
+# %%
+score_costs = demo.scoring_costs(model, repeats=3 if QUICK else 5)
+print("scoring K + 1 tokens, in decode steps:", ", ".join(f"K={K} {s:.2f}" for K, s in enumerate(score_costs, 1)))
+for name in ("neural", "prompt-lookup"):
+    choice = demo.choose_K(runs[(name, 2)], base, score_costs)
+    print(f"{name:13}: {choice.why()}")
