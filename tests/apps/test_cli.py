@@ -159,7 +159,7 @@ def cli(monkeypatch):
 
     for name, module in list(sys.modules.items()):
         if name.startswith("specref"):
-            for attr in ("run", "load_smollm2", "load_problems", "fetch_pypi_member", "gguf_path", "measure_costs"):
+            for attr in ("run", "load_smollm2", "load_fast", "load_problems", "fetch_pypi_member", "gguf_path", "measure_costs"):
                 if callable(getattr(module, attr, None)):
                     monkeypatch.setattr(module, attr, refuse)
     return cli
@@ -301,7 +301,7 @@ def _code_lines(notebook: Path) -> list[str]:
 
 
 MODEL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py")
-                         if any("load_smollm2(" in line for line in _code_lines(p)))
+                         if any("load_smollm2(" in line or "load_fast(" in line for line in _code_lines(p)))
 TRAINING_NOTEBOOKS = ["06_making_a_draft"]     # trains a draft, which `train-draft` does on every core
 ONE_BLAS_THREAD = 'os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")'
 
