@@ -1,18 +1,28 @@
-"""The notebooks are all there, and specref.quick, the switch they read (SPECREF_QUICK=1: small sizes).
+"""Every notebook runs headless, and specref.quick, the switch they read (SPECREF_QUICK=1: small sizes).
 
-That every notebook runs top to bottom on a fresh kernel in quick mode, with no error output, is
-tests/apps/test_browser.py's job: it runs each one with Run All in JupyterLab in Chromium, as a
-learner sees it (an nbclient run of each notebook here as well took another 2-4 minutes of every
-CI run and checked nothing more).  tests/apps/test_notebook_pairs.py checks that each
-notebooks/NN_name.py and its .ipynb have the same cells.
+Each notebook (01-06) is executed once here, top to bottom on a fresh kernel, with nbclient (no
+browser): SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failure on any
+error, timeout or dead kernel, naming the notebook and the cell.  Notebooks 01-04 need no model and
+take 4-21 s each on a 2-core machine (docs/notebooks.md has each one's time); 05 and 06 load
+SmolLM2-135M, take about a minute each and are marked `slow` (`python3 -m pytest --slow`).
+
+tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
+the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
+notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.plots`,
+which must not import the model's code: checked here in a fresh interpreter.
 """
 
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import nbformat
 import pytest
+from nbclient import NotebookClient
+from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
 
 from specref.quick import quick_mode
 
@@ -29,6 +39,127 @@ def test_all_notebooks_present():
 def test_the_browser_test_runs_every_notebook():
     from tests.apps import test_browser
     assert test_browser.NOTEBOOKS == EXPECTED
+
+
+# ---------------------------------------------------------------- every notebook, headless
+
+QUICK_NOTEBOOKS = EXPECTED[:4]  # no model: seconds each
+MODEL_NOTEBOOKS = EXPECTED[4:]  # load SmolLM2-135M: slow
+CELL_TIMEOUT = {name: 120 for name in QUICK_NOTEBOOKS} | {name: 600 for name in MODEL_NOTEBOOKS}  # seconds per cell
+
+
+def _where(path: Path, nb, index: int) -> str:
+    cell = nb.cells[index]
+    code = sum(c.cell_type == "code" for c in nb.cells[:index + 1])
+    first = next((line for line in cell.source.splitlines() if line.strip()), "")
+    return f"{path.name}, cell {index + 1} of {len(nb.cells)} (code cell {code}, starting {first[:70]!r})"
+
+
+def execute_notebook(path: Path, cell_timeout: float) -> list[str]:
+    """Run `path` top to bottom on a fresh python3 kernel with SPECREF_QUICK=1, from its directory.
+    Returns one line per problem, each naming the notebook and the cell: the error that stopped the
+    run (an exception, a cell over `cell_timeout` seconds, a dead kernel) and every error output."""
+    nb = nbformat.read(path, as_version=4)
+    # shut down "immediate": a kernel shut down gracefully while a cell still runs (after a timeout)
+    # logs a traceback for the reply it can no longer send
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", shutdown_kernel="immediate",
+                            resources={"metadata": {"path": str(path.parent)}})
+    current = {"index": None}
+    client.on_cell_execute = lambda cell, cell_index: current.update(index=cell_index)
+    env = {**os.environ, "SPECREF_QUICK": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    problems = []
+    try:
+        client.execute(env=env)
+    except (CellExecutionError, CellTimeoutError, DeadKernelError, CellControlSignal) as e:
+        where = _where(path, nb, current["index"]) if current["index"] is not None else f"{path.name}, kernel start"
+        if isinstance(e, CellExecutionError):  # the error, then the end of the cell's source and traceback
+            detail = f"{e.ename}: {e.evalue}\n{_plain(e.traceback)[-1500:]}"
+        else:
+            detail = str(e).strip()[-1500:]
+        problems.append(f"{where}: {type(e).__name__}: {detail}")
+    for index, cell in enumerate(nb.cells):
+        for out in cell.get("outputs", []):
+            if out.get("output_type") == "error" and not (problems and index == current["index"]):
+                problems.append(f"{_where(path, nb, index)}: error output {out.get('ename')}: {out.get('evalue')}")
+    return problems
+
+
+def _plain(text: str) -> str:
+    """`text` without the terminal colours of IPython's tracebacks."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def _run(name: str) -> None:
+    start = time.perf_counter()
+    problems = execute_notebook(ROOT / "notebooks" / f"{name}.ipynb", CELL_TIMEOUT[name])
+    if problems:
+        pytest.fail("\n".join(problems), pytrace=False)
+    print(f"{name}.ipynb ran headless in {time.perf_counter() - start:.1f} s")
+
+
+@pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
+def test_notebook_runs_headless(name):
+    _run(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
+def test_model_notebook_runs_headless(name):
+    _run(name)
+
+
+def test_a_failing_cell_is_named(tmp_path):
+    """The runner above reports what failed and where: a notebook whose third cell divides by zero."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# title"),
+                                         nbformat.v4.new_code_cell("import os\nx = 1"),
+                                         nbformat.v4.new_code_cell("y = 2\nx / 0"),
+                                         nbformat.v4.new_code_cell("z = 3")])
+    nbformat.write(nb, tmp_path / "broken.ipynb")
+    problems = execute_notebook(tmp_path / "broken.ipynb", 60)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith("broken.ipynb, cell 3 of 4 (code cell 2, starting 'y = 2'): CellExecutionError")
+    assert "ZeroDivisionError" in problems[0]
+
+
+def test_a_cell_over_its_time_limit_is_named(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    nbformat.write(nb, tmp_path / "slow.ipynb")
+    problems = execute_notebook(tmp_path / "slow.ipynb", 2)
+    assert len(problems) == 1 and problems[0].startswith("slow.ipynb, cell 1 of 1 (code cell 1, starting 'import time')")
+    assert "CellTimeoutError" in problems[0]
+
+
+# ---------------------------------------------------------------- specref.plots, the notebooks' plots
+
+def imported_by(module: str) -> set[str]:
+    """The gguf, specref and matplotlib modules in sys.modules after importing `module` in a fresh interpreter."""
+    code = (f"import sys, {module}; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] in ('gguf', 'specref', 'matplotlib'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    return set(out.split())
+
+
+def test_plots_module_does_not_import_the_model():
+    loaded = imported_by("specref.plots")
+    assert "specref.plots" in loaded
+    model_code = sorted(m for m in loaded if m == "gguf" or m.startswith(("gguf.", "specref.smollm2", "specref.apps")))
+    assert not model_code, f"importing specref.plots imported {model_code}"
+
+
+@pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
+def test_quick_notebooks_load_no_model_code(name):
+    """The first code cell of notebooks 01-04 (their imports), run in a fresh interpreter, imports
+    neither specref.smollm2 nor gguf."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{name}.ipynb", as_version=4)
+    imports = next(c.source for c in nb.cells if c.cell_type == "code")
+    code = (f"exec({imports!r}); import sys; "
+            "print('loaded:', *(m for m in sys.modules if m.split('.')[0] == 'gguf' or m.startswith('specref.smollm2')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=ROOT / "notebooks", env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}).stdout
+    loaded = out.splitlines()[-1].split()[1:]  # the cell prints lines of its own before
+    assert not loaded, f"{name}'s imports load the model's code: {sorted(loaded)}"
 
 
 # ---------------------------------------------------------------- specref.quick, the notebooks' switch
