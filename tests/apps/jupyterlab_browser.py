@@ -245,6 +245,9 @@ class Browser:
         self.driver = None
         try:
             self.driver = webdriver.Chrome(service=self.service, options=options)
+            # A headless page never has the window's focus, and JupyterLab (4.6 seen) tracks its current
+            # widget by focus: without this, shell.currentWidget stays null and no notebook is seen to open
+            self.driver.execute_cdp_cmd("Emulation.setFocusEmulationEnabled", {"enabled": True})
         except BaseException:
             self.stop()
             raise
