@@ -285,6 +285,7 @@ def test_bad_options_are_rejected(code_model, capsys):
         assert exit_info.value.code == 2 and name in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
     """The whole command on SmolLM2: 3 problems, a tiny budget; one completion hangs, one crashes,
     and the run goes on and reports both as failures."""

@@ -98,6 +98,7 @@ def test_first_token_test_rejects_broken_verifiers(first_token_setup, name):
     assert pvalue < stats.LEVEL
 
 
+@pytest.mark.slow
 def test_demo_workloads_run_and_agree(smollm2, prompt_ids):
     x = list(prompt_ids[1])
     lines = []
