@@ -84,6 +84,13 @@ BAD = {
         "--seed": [["--seed", "-1"], ["--seed", "1.5"], ["--seed", "x"]],
         "--no-vectors": [["--no-vectors=0"]],
         "--json": [["--json", "{dir}"], ["--json", "{missing}/report.json"], ["--json", "{file}/report.json"]],
+        "--pipeline": [["--pipeline", "specref.proof.pipeline"], ["--pipeline", ":TOY.generate"]],
+        "--reference": [["--reference", "plain"], ["--pipeline", "specref.proof.pipeline:TOY.generate"]],
+        "--new-tokens": [["--new-tokens", "0"], ["--new-tokens", "two"]],
+        "--samples": [["--samples", "0"], ["--samples", "1e4"]],
+        "--vocabulary": [["--vocabulary", "0"], ["--vocabulary", "-3"]],
+        "--call-limit": [["--call-limit", "0"], ["--call-limit", "nan"], ["--call-limit", "-1"]],
+        "--time-limit": [["--time-limit", "0"], ["--time-limit", "inf"]],
     },
 }
 CASES = [(cmd, option, argv) for cmd, table in BAD.items() for option, cases in table.items() for argv in cases]
