@@ -183,6 +183,9 @@ def run(args) -> int:
           f"a correct verifier fails a run with probability at most {conform.FAMILY_LEVEL:g}")
     if report.diagnosis:
         print(f"diagnosis: {report.diagnosis}")
+    coverage = report.coverage()
+    if coverage:                                               # what a pass means: the shipped bugs it would have caught
+        print(coverage)
     if args.json:
         write_text(args.json, json.dumps(report.to_json(), indent=1) + "\n")
     return 0 if report.passed else 1

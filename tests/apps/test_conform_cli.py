@@ -81,6 +81,7 @@ def test_exit_status_and_json(monkeypatch, capsys, tmp_path, passed, status):
     assert json.loads(out_json.read_text())["passed"] is passed
     out = capsys.readouterr().out
     assert ("PASSED" if passed else "FAILED") in out and ("diagnosis: resample_from_q" in out) is not passed
+    assert "bugs that shipped (docs/shipped_bugs.md) this run catches with >= 95% power: " in out
 
 
 def test_a_real_process_with_a_crashing_verifier_fails_every_check_with_status_1(tmp_path):
