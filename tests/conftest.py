@@ -5,7 +5,7 @@
   against it.
 - `--slow` (or SPECREF_SLOW=1): also run the tests marked `slow`, the real-model proofs that take
   minutes (greedy SpS = ArS with each draft, the first-token laws, training, the notebooks that
-  load the model).  Without it they are skipped, each with the reason and how to run it.
+  load the model, the conformance checker's full runs on the reference verifiers).  Without it they are skipped, each with the reason and how to run it.
   `.ci/run` runs everything.
 """
 

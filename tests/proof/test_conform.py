@@ -31,6 +31,7 @@ def test_every_law_the_checker_can_name_is_tried():
 
 # ---------------------------------------------------------------- the reference passes, in time
 
+@pytest.mark.slow  # 18-21 s each on a 2-core machine: the default suite stays under 5 minutes
 @pytest.mark.parametrize("function, algorithm", [(mrs.verify, "token"), (mrs.verify_block, "block")])
 def test_the_reference_verifiers_pass_every_check_within_two_minutes(function, algorithm):
     report = conform.check(function, algorithm=algorithm)
