@@ -26,8 +26,8 @@
 #
 # **Pearson's chi-square.** Draw $n$ outcomes, count $O_k$ per outcome $k$, compare with the expected counts
 # $E_k = n \cdot P(k)$ from the exact law: $X^2 = \sum_k (O_k - E_k)^2 / E_k$. If the sampler is right, $X^2$ is
-# approximately $\chi^2$ with (bins $-$ 1) degrees of freedom (outcomes with $E_k < 5$ are pooled into one bin,
-# `stats.MIN_EXPECTED`), so the p-value $P(\chi^2 \ge X^2)$ is uniform on $[0, 1]$. A test that fails when
+# approximately $\chi^2$ with (bins $-$ 1) degrees of freedom (an outcome expected at least `stats.MIN_EXPECTED` $= 20$
+# times is a bin of its own; rarer ones share bins of at least 20 expected, `stats.pooled_bins`), so the p-value $P(\chi^2 \ge X^2)$ is uniform on $[0, 1]$. A test that fails when
 # $p < $ `stats.LEVEL` $= 10^{-3}$ therefore fails a correct sampler with probability $10^{-3}$ per seed; the
 # suite's seeds are fixed, so its runs are reproducible. An outcome the law forbids is an immediate failure.
 #
