@@ -866,17 +866,18 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
             progress(f"the plan in {path} cannot be read ({e}); measuring a new one")
     progress("measuring how to multiply by the weights fastest on this machine "
              "(once per machine, about half a minute on an idle 2-core machine) ...")
-    watch = LoadWatch()
+    watch, started = LoadWatch(), time.perf_counter()
     plan = measure(weights, progress=progress, glu=glu)
+    seconds = time.perf_counter() - started
     plan.why += f", {datetime.date.today().isoformat()}"
     others = watch.others()
     if others is not None and others > BUSY_CORES:
         plan.why += f"; other processes kept {others:.2f} cores busy meanwhile: not cached"
-        progress(f"other processes kept {others:.2f} cores busy while this plan was measured: it is used now "
-                 f"but not cached, and measured again next time (on a quiet machine)")
+        progress(f"measured in {seconds:.0f} s, but other processes kept {others:.2f} cores busy meanwhile: the plan "
+                 f"is used now but not cached, and measured again next time (on a quiet machine)")
         return plan
     write_text(path, json.dumps(plan.to_json(), indent=1))    # never a half-written plan
-    progress(f"plan cached in {path}")
+    progress(f"plan measured in {seconds:.0f} s and cached in {path}")
     return plan
 
 
