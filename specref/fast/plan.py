@@ -856,14 +856,12 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
     and measured again next time, rather than kept as if it were the machine's.
     """
     path = plan_path(weights, cache_dir)
-    if path.exists() and not remeasure:
-        try:
-            plan = Plan.from_json(json.loads(path.read_text()))
-            if plan.key == machine_key(weights) and set(plan.choice) == set(ROW_COUNTS):
-                return plan
-            progress(f"the plan in {path} is for another machine or version; measuring a new one")
-        except (OSError, ValueError, KeyError, TypeError, PlanError) as e:
-            progress(f"the plan in {path} cannot be read ({e}); measuring a new one")
+    if not remeasure:
+        plan, problem = read_plan(path, weights)
+        if plan is not None:
+            return plan
+        if problem:
+            progress(f"the plan in {path} {problem}; measuring a new one")
     progress("measuring how to multiply by the weights fastest on this machine "
              "(once per machine, about half a minute on an idle 2-core machine) ...")
     watch, started = LoadWatch(), time.perf_counter()
@@ -881,11 +879,20 @@ def plan_for(weights: Weights, cache_dir=None, progress: Callable = print, remea
     return plan
 
 
-def cached_plan(weights: Weights, cache_dir=None) -> Plan | None:
-    """This machine's cached plan for these weights, or None (none cached, unreadable, or stale)."""
-    path = plan_path(weights, cache_dir)
+def read_plan(path: pathlib.Path, weights: Weights) -> tuple[Plan | None, str]:
+    """(the plan in `path` if it is these weights' plan on this machine, else None; what was wrong
+    with it: '' if there is no file, else why it cannot be used)."""
+    if not path.exists():
+        return None, ""
     try:
         plan = Plan.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError, PlanError):
-        return None
-    return plan if plan.key == machine_key(weights) and set(plan.choice) == set(ROW_COUNTS) else None
+    except (OSError, ValueError, KeyError, TypeError, PlanError) as e:
+        return None, f"cannot be read ({e})"
+    if plan.key != machine_key(weights) or set(plan.choice) != set(ROW_COUNTS):
+        return None, "is for another machine or version"
+    return plan, ""
+
+
+def cached_plan(weights: Weights, cache_dir=None) -> Plan | None:
+    """This machine's cached plan for these weights, or None (none cached, unreadable, or stale)."""
+    return read_plan(plan_path(weights, cache_dir), weights)[0]
