@@ -156,7 +156,7 @@ def run_pipeline(args) -> int:
         seed=args.seed, vocabulary=args.vocabulary, call_limit=args.call_limit or pipeline.CALL_LIMIT,
         time_limit=args.time_limit or pipeline.RUN_LIMIT, name=args.pipeline, reference_name=args.reference,
         progress=lambda c: print(c.line(), flush=True))
-    verdict = "PASSED" if report.passed else f"FAILED ({len(report.failed)} of {len(report.checks)} checks)"
+    verdict = report.verdict()
     print(f"{verdict} in {report.seconds:.1f} s; one chi-square check at {conform.FAMILY_LEVEL:g}: "
           f"a correct pipeline fails a run with probability at most {conform.FAMILY_LEVEL:g}")
     if report.diagnosis:
@@ -177,7 +177,7 @@ def run(args) -> int:
                            progress=lambda c: print(c.line(), flush=True),
                            call_limit=args.call_limit or conform.CALL_LIMIT,
                            time_limit=args.time_limit or conform.RUN_LIMIT)
-    verdict = "PASSED" if report.passed else f"FAILED ({len(report.failed)} of {len(report.checks)} checks)"
+    verdict = report.verdict()
     m = sum(1 for c in report.checks if c.level is not None)
     print(f"{verdict} in {report.seconds:.0f} s; {m} chi-square checks at {conform.FAMILY_LEVEL:g} / {m} each: "
           f"a correct verifier fails a run with probability at most {conform.FAMILY_LEVEL:g}")

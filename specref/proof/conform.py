@@ -250,8 +250,25 @@ class Check:
         return out + (f"\n      diagnosis: {self.diagnosis}" if self.diagnosis else "")
 
 
+class Verdict:
+    """What every run's report reads off its `checks`: whether it passed, which checks failed, the verdict line."""
+
+    checks: list
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def failed(self) -> list:
+        return [c for c in self.checks if c.passed is False]
+
+    def verdict(self) -> str:
+        return "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
+
+
 @dataclass
-class Report:
+class Report(Verdict):
     """Every check of one run, and what the run's false-alarm rate is."""
 
     verifier: str
@@ -261,14 +278,6 @@ class Report:
     seconds: float = 0.0
     diagnosis: str = ""
 
-    @property
-    def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
-
-    @property
-    def failed(self) -> list[Check]:
-        return [c for c in self.checks if c.passed is False]
-
     def text(self) -> str:
         m = sum(1 for c in self.checks if c.level is not None)
         head = [f"conformance of {self.verifier} as {'token-level' if self.algorithm == 'token' else 'block'} "
@@ -276,15 +285,15 @@ class Report:
                 f"chi-square checks: {m}, each at level {FAMILY_LEVEL:g} / {m}: a correct verifier fails this run "
                 f"with probability at most {FAMILY_LEVEL:g}; the other checks never fail a correct verifier"]
         lines = head + [c.line() for c in self.checks]
-        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
-        lines.append(f"{verdict} in {self.seconds:.0f} s")
+        lines.append(f"{self.verdict()} in {self.seconds:.0f} s")
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
         edge = _edge_names(self)
         if edge and edge not in self.diagnosis:  # a run ended by its contract check
             lines.append(f"known bug that shipped: {edge}")
-        if self.coverage():
-            lines.append(self.coverage())
+        coverage = self.coverage()
+        if coverage:
+            lines.append(coverage)
         return "\n".join(lines)
 
     __str__ = text

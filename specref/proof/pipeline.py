@@ -109,7 +109,7 @@ def sequences(out, n: int, L: int | None, V: int | None, what: str) -> tuple[np.
 
 
 @dataclass
-class PipelineReport:
+class PipelineReport(conform.Verdict):
     """The checks of one pipeline run."""
 
     generate: str
@@ -119,21 +119,12 @@ class PipelineReport:
     seconds: float = 0.0
     diagnosis: str = ""
 
-    @property
-    def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
-
-    @property
-    def failed(self) -> list:
-        return [c for c in self.checks if c.passed is False]
-
     def text(self) -> str:
         lines = [f"pipeline conformance of {self.generate} against {self.reference} (seed {self.seed})",
                  f"one chi-square check at level {FAMILY_LEVEL:g}: a correct pipeline fails this run with probability "
                  f"at most {FAMILY_LEVEL:g}; the other checks never fail a correct pipeline"]
         lines += [c.line() for c in self.checks]
-        lines.append(("PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)")
-                     + f" in {self.seconds:.1f} s")
+        lines.append(f"{self.verdict()} in {self.seconds:.1f} s")
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
         return "\n".join(lines)
