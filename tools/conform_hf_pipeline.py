@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from importlib import metadata
@@ -45,7 +43,7 @@ import numpy as np
 
 from specref.files import write_text
 from specref.proof import pipeline
-from tools.conform_transformers import ensure_venv
+from tools.conform_transformers import run_in_venv
 
 try:  # present only inside the tool's virtual environment
     import torch
@@ -212,9 +210,7 @@ def main() -> int:
         status = inside(args)
         print(f"{time.time() - start:.0f} s")
         return status
-    python = ensure_venv(args.venv)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([str(python), "-m", "tools.conform_hf_pipeline", *sys.argv[1:]], cwd=ROOT, env=env).returncode
+    return run_in_venv("tools.conform_hf_pipeline", args.venv)
 
 
 if __name__ == "__main__":

@@ -154,9 +154,14 @@ def main() -> int:
         status = inside(args)
         print(f"{time.time() - start:.0f} s")
         return status
-    python = ensure_venv(args.venv)
+    return run_in_venv("tools.conform_transformers", args.venv)
+
+
+def run_in_venv(module: str, venv: Path) -> int:
+    """Run `python -m module` with this command's arguments in the torch environment (`ensure_venv`); its status."""
+    python = ensure_venv(venv)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    return subprocess.run([str(python), "-m", "tools.conform_transformers", *sys.argv[1:]], cwd=ROOT, env=env).returncode
+    return subprocess.run([str(python), "-m", module, *sys.argv[1:]], cwd=ROOT, env=env).returncode
 
 
 if __name__ == "__main__":
