@@ -53,7 +53,6 @@ try:  # present only inside the tool's virtual environment
 except ImportError:
     torch = transformers = None
 
-ROOT = Path(__file__).resolve().parent.parent
 PROMPT = [1, 2, 3]
 K = 2
 L = 3
