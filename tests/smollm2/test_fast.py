@@ -449,12 +449,7 @@ def test_two_cpus_with_one_model_name_get_different_plans(tmp_path, monkeypatch)
 def test_plan_is_cached_per_machine_and_remeasured_when_unreadable_or_stale(tmp_path, monkeypatch):
     w = tiny_weights()
     calls = []
-
-    def fake_measure(weights, progress=print, **kw):
-        calls.append(1)
-        return dataclasses.replace(P.Plan.fixed("panels"), key=P.machine_key(weights), why="measured")
-
-    monkeypatch.setattr(P, "measure", fake_measure)
+    monkeypatch.setattr(P, "measure", fake_measure(calls))
     monkeypatch.setattr(P, "LoadWatch", lambda: types.SimpleNamespace(others=lambda: 0.0))   # a quiet machine
     messages = []
     first = P.plan_for(w, tmp_path, messages.append)
