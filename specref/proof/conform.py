@@ -732,7 +732,8 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
 
     except Stop as stop:  # a contract violation or a time limit: the run ends here, failed, saying why
         add(Check(stop.check, "edge", False, str(stop)))
-        report.diagnosis = f"{stop.check}: {stop}"
+        named = _edge_names(report)  # a shipped bug whose signature this stop (or an earlier edge check) is
+        report.diagnosis = f"{stop.check}: {stop}" + (f"; {named}" if named else "")
         report.seconds = time.perf_counter() - start
         return report
 

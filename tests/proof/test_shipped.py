@@ -90,6 +90,7 @@ def test_a_run_ended_by_its_contract_check_still_names_the_shipped_bug():
     # which may end the run at once); either way the report names the shipped bug, and passes its control
     report = conform.check(shipped.UnguardedResidual(), scale=0.02)
     assert not report.passed and "unguarded_residual: an all-zero residual" in report.text()
+    assert "unguarded_residual: an all-zero residual" in report.diagnosis, report.diagnosis
     control = conform.check(shipped.UnguardedResidual(guarded=True), scale=0.02)
     assert control.passed and "unguarded_residual: an all-zero residual" not in control.text()
 
