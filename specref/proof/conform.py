@@ -45,8 +45,6 @@ on the vectors.
 from __future__ import annotations
 
 import json
-import signal
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -55,7 +53,10 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, sampling
-from specref.proof import broken, lossy, shipped, stats, vectors
+from specref.proof import broken, lossy, pipeline, power, shipped, stats, vectors
+from specref.proof.cases import CORRECT, LARGE_V, N_CALLS, N_LARGE_V, Case, accepted_count_case, cases  # noqa: F401
+from specref.proof.cases import count_marginal as _count_marginal
+from specref.proof.verdict import Check, ContractViolation, Limits, Stop, TimeLimit, Verdict  # noqa: F401
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).
 FAMILY_LEVEL = stats.LEVEL
@@ -65,12 +66,8 @@ LOG_MARGIN = float(np.log(1e6))
 FIT_LEVEL = 1e-6
 # Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
 FLOOR = 1e-12
-# Samples per one-call check, per large-vocabulary check, and runs per whole-sequence check.
-N_CALLS = 20_000
-N_LARGE_V = 3_000
+# Runs per whole-sequence check (the one-call checks' samples are in specref.proof.cases).
 N_SEQUENCES = 6_000
-# The large vocabulary (GPT-2's 50257): the law is checked on tokens spread across it.
-LARGE_V = 50_257
 ALGORITHMS = ("token", "block")
 # Time limits: a verdict within a stated time whatever the verifier does.  Each call of the verifier may
 # take CALL_LIMIT seconds and a whole run RUN_LIMIT seconds (`check`'s call_limit and time_limit); a call
@@ -159,7 +156,6 @@ KNOWN_BUGS = {f"{bug.name}/{algorithm}": (bug, algorithm) for algorithm in ALGOR
 # docs/shipped_bugs.md; those already among SIGNATURES once); the exact-tier edge checks name the shipped
 # edge-case bugs (shipped.edge_signature) in the run's diagnosis.
 DIAGNOSED = {a: SIGNATURES[a] + [b for b in shipped.signatures(a) if b not in SIGNATURES[a]] for a in ALGORITHMS}
-CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
 
 
 def total_variation(counts: Counter, law: dict) -> float:
@@ -168,104 +164,12 @@ def total_variation(counts: Counter, law: dict) -> float:
     return 0.5 * sum(abs(counts.get(k, 0) / n - law.get(k, 0.0)) for k in set(counts) | set(law))
 
 
-# ---------------------------------------------------------------- the cases
-
-@dataclass(frozen=True)
-class Case:
-    """One call's rows: drafts are drawn from p [K, V]; q [K+1, V] are the target's rows."""
-
-    name: str
-    p: np.ndarray  # [K, V]
-    q: np.ndarray  # [K+1, V]
-    n: int  # calls sampled
-
-
-def _rows(rng, K, V, concentration):
-    return rng.dirichlet(np.full(V, concentration), size=K), rng.dirichlet(np.full(V, concentration), size=K + 1)
-
-
-def cases(algorithm: str) -> list[Case]:
-    """The suite's cases for one call: random, sharp and degenerate rows (K = 2, V = 4 token-level; K = 3, V = 3 block)."""
-    K, V, seed = (2, 4, 2024) if algorithm == "token" else (3, 3, 2025)  # the rows of test_mrs.py, test_mrs_block.py
-    rng = np.random.default_rng(seed)
-    out = [Case("random", *_rows(rng, K, V, 1.0), N_CALLS), Case("sharp", *_rows(rng, K, V, 0.1), N_CALLS)]
-    p, _ = _rows(rng, K, V, 1.0)
-    out.append(Case("p_equals_q", p, np.vstack([p, p[:1]]), N_CALLS))
-    lower, upper = np.arange(V) < V // 2, np.arange(V) >= V // 2  # the draft's tokens, the target's
-    p = np.where(lower, 1.0, 0.0) / lower.sum()
-    q = np.where(upper, np.arange(1.0, V + 1), 0.0)
-    out.append(Case("disjoint_supports", np.tile(p, (K, 1)), np.tile(q / q.sum(), (K + 1, 1)), N_CALLS))
-    p, q = _rows(rng, K, V, 1.0)
-    out.append(Case("one_hot_p", np.eye(V)[np.arange(1, K + 1) % V], q, N_CALLS))
-    out.append(Case("one_hot_q", p, np.eye(V)[(np.arange(K + 1) * 3 + V - 1) % V], N_CALLS))
-    p, q = _rows(rng, K, V, 1.0)
-    p[:, 0], q[:, 1] = 0.0, 0.0
-    out.append(Case("zeros_in_both", p / p.sum(1, keepdims=True), q / q.sum(1, keepdims=True), N_CALLS))
-    out.append(_large_vocabulary(K, rng))
-    return out
-
-
-def _large_vocabulary(K: int, rng) -> Case:
-    # LARGE_V tokens; mass on a few ids at block edges (255, 256, 1023, 1024, ...) and on the last id.
-    live = np.array([0, 255, 256, 1023, 1024, 4097, 32767, 32768, LARGE_V - 1])
-    p, q = np.zeros((K, LARGE_V)), np.zeros((K + 1, LARGE_V))
-    p[:, live[:6]] = rng.dirichlet(np.ones(6), size=K)
-    q[:, live[3:]] = rng.dirichlet(np.ones(6), size=K + 1)
-    return Case("large_vocabulary", p, q, N_LARGE_V)
-
-
-def accepted_count_case() -> Case:
-    """K = 4, V = 5, random rows: the law of the number of accepted drafts."""
-    p, q = _rows(np.random.default_rng(13), 4, 5, 1.0)
-    return Case("accepted_count", p, q, N_CALLS)
-
-
 # Whole sequences: the suite's Markov-chain target and draft (stats.markov_pair), K = 2 and 3.
 SEQ_V, SEQ_N, SEQ_PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
 SEQ_K = (2, 3)
 
 
 # ---------------------------------------------------------------- the report
-
-@dataclass
-class Check:
-    """One check's result."""
-
-    name: str
-    tier: str  # "exact", "statistical" or "edge"
-    passed: bool | None  # None: skipped
-    detail: str = ""
-    pvalue: float | None = None
-    level: float | None = None
-    samples: int | None = None
-    diagnosis: str = ""
-    bug: str = ""  # the diagnosed bug's name, if any
-    seconds: float = 0.0
-
-    def line(self) -> str:
-        status = "SKIP" if self.passed is None else "pass" if self.passed else "FAIL"
-        stat = f"p={self.pvalue:.3g} level={self.level:.2g} " if self.pvalue is not None else ""
-        n = f"n={self.samples} " if self.samples is not None else ""
-        out = f"{status}  {self.name:32s} {stat}{n}{self.detail}".rstrip()
-        return out + (f"\n      diagnosis: {self.diagnosis}" if self.diagnosis else "")
-
-
-class Verdict:
-    """What every run's report reads off its `checks`: whether it passed, which checks failed, the verdict line."""
-
-    checks: list
-
-    @property
-    def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
-
-    @property
-    def failed(self) -> list:
-        return [c for c in self.checks if c.passed is False]
-
-    def verdict(self) -> str:
-        return "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
-
 
 @dataclass
 class Report(Verdict):
@@ -304,7 +208,6 @@ class Report(Verdict):
         stat = [c for c in self.checks if c.tier == "statistical" and c.samples and c.level]
         if not stat:
             return ""
-        from specref.proof import power  # it imports this module
         exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
         yes, no = power.caught(self.algorithm, {c.name: c.samples for c in stat}, min(c.level for c in stat), exact_ran)
         return (f"bugs that shipped (docs/shipped_bugs.md) this run catches with >= 95% power: {', '.join(yes) or 'none'}"
@@ -317,24 +220,6 @@ class Report(Verdict):
 
 
 # ---------------------------------------------------------------- watching every output
-
-class Stop(BaseException):
-    """Ends a run at once with a failing verdict (a BaseException, so that no check's `except Exception` keeps it)."""
-
-    check = "stop"
-
-
-class ContractViolation(Stop):
-    """An output outside the contract: not 1..K+1 tokens, not integer ids, an id outside [0, V)."""
-
-    check = "contract"
-
-
-class TimeLimit(Stop):
-    """A call, or the whole run, took longer than its limit."""
-
-    check = "time limit"
-
 
 def contract_problem(out, K: int, V: int) -> str:
     """'' if `out` is a possible output of a verifier call (1-D, 1..K+1 integer ids in [0, V)), else what is wrong."""
@@ -354,61 +239,6 @@ def contract_problem(out, K: int, V: int) -> str:
     if np.any((out < 0) | (out >= V)):
         return f"returned {out.tolist()}: a token id outside the vocabulary [0, {V})"
     return ""
-
-
-class Limits:
-    """Time limits on calls into code under test: each call `per_call` seconds, all calls together end by `total` s.
-
-    In the main thread a call is interrupted by SIGALRM (a sleeping or looping Python function stops at
-    once; C code that never returns to the interpreter stops when it does); elsewhere the call runs in a
-    daemon thread that is abandoned when its time is up.  Either way the caller gets TimeLimit in time.
-    """
-
-    def __init__(self, per_call: float, total: float, what: str = "call"):
-        if not (per_call > 0 and total > 0):
-            raise ValueError(f"time limits must be > 0 seconds, got {per_call} per call and {total} in all")
-        self.per_call, self.total, self.what = float(per_call), float(total), what
-        self.start, self.calls = time.monotonic(), 0
-
-    def _message(self, limit: float) -> str:
-        if limit < self.per_call:
-            return (f"the run passed its time limit of {self.total:g} s during {self.what} {self.calls + 1} "
-                    f"(after {time.monotonic() - self.start:.1f} s)")
-        return f"{self.what} {self.calls + 1} did not return within its time limit of {self.per_call:g} s"
-
-    def call(self, function: Callable, *args):
-        limit = min(self.per_call, self.total - (time.monotonic() - self.start))
-        if limit <= 0:
-            raise TimeLimit(self._message(0.0))
-        message = self._message(limit)
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-            def alarm(signum, frame):
-                raise TimeLimit(message)
-            previous = signal.signal(signal.SIGALRM, alarm)
-            signal.setitimer(signal.ITIMER_REAL, limit)
-            try:
-                out = function(*args)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
-        else:
-            box = {}
-
-            def run():
-                try:
-                    box["out"] = function(*args)
-                except BaseException as e:  # noqa: BLE001  (handed back to the caller)
-                    box["error"] = e
-            worker = threading.Thread(target=run, daemon=True)
-            worker.start()
-            worker.join(limit)
-            if worker.is_alive():
-                raise TimeLimit(message)
-            if "error" in box:
-                raise box["error"]
-            out = box["out"]
-        self.calls += 1
-        return out
 
 
 class Guarded:
@@ -524,13 +354,6 @@ def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: li
             check.diagnosis = found
     check.seconds = time.perf_counter() - start
     return check, scores
-
-
-def _count_marginal(law_or_counts):
-    out = Counter() if isinstance(law_or_counts, Counter) else {}
-    for o, v in law_or_counts.items():
-        out[(len(o) - 1,)] = out.get((len(o) - 1,), 0) + v
-    return out
 
 
 def _sequence_check(verifier, K: int, level: float, rng, runs: int = N_SEQUENCES) -> Check:
@@ -778,7 +601,5 @@ def assert_conforms(function: Callable, adapter: Adapter = Adapter(), **kwargs) 
     return report
 
 
-def check_pipeline(generate: Callable, reference: Callable, **kwargs):
-    """A whole speculative generator against the same models' plain sampling: `specref.proof.pipeline.check_pipeline`."""
-    from specref.proof import pipeline  # it imports this module
-    return pipeline.check_pipeline(generate, reference, **kwargs)
+# A whole speculative generator against the same models' plain sampling (see specref.proof.pipeline).
+check_pipeline = pipeline.check_pipeline

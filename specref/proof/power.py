@@ -20,7 +20,7 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import conform, stats
+from specref.proof import cases, stats
 
 
 def noncentrality(bug: dict, correct: dict, n: int) -> tuple[float, int, float]:
@@ -61,9 +61,9 @@ def smallest_n(power_at, target: float = 0.95, n_max: float = 1e12) -> float:
 
 # ---------------------------------------------------------------- the checker's checks
 
-def _checks(algorithm: str) -> list[tuple[str, conform.Case, bool]]:  # (check name, case, count marginal?)
-    out = [(f"one call: {c.name}", c, False) for c in conform.cases(algorithm)]
-    return out + [("accepted count (K=4, V=5)", conform.accepted_count_case(), True)]
+def _checks(algorithm: str) -> list[tuple[str, cases.Case, bool]]:  # (check name, case, count marginal?)
+    out = [(f"one call: {c.name}", c, False) for c in cases.cases(algorithm)]
+    return out + [("accepted count (K=4, V=5)", cases.accepted_count_case(), True)]
 
 
 @functools.lru_cache(maxsize=None)
@@ -71,10 +71,10 @@ def laws(bug, algorithm: str) -> tuple[tuple[str, int, dict, dict], ...]:
     """Per chi-square check of the checker (the sequence checks aside): (name, default n, correct law, bug's law)."""
     out = []
     for name, case, marginal in _checks(algorithm):
-        correct = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+        correct = stats.rows_call_law(cases.CORRECT[algorithm], case.p, case.q)
         law = stats.rows_call_law(bug.law, case.p, case.q)
         if marginal:
-            correct, law = conform._count_marginal(correct), conform._count_marginal(law)
+            correct, law = cases.count_marginal(correct), cases.count_marginal(law)
         out.append((name, case.n, correct, law))
     return tuple(out)
 
@@ -90,7 +90,7 @@ def run_power(bug, algorithm: str, samples: dict | None = None, scale: float = 1
 
     samples: check name -> n (default: each check's default n times `scale`); level: each check's level
     (default FAMILY_LEVEL / 11, the run's Bonferroni share).  Checks missing from `samples` are left out."""
-    level = conform.FAMILY_LEVEL / 11 if level is None else level
+    level = stats.LEVEL / 11 if level is None else level
     miss = 1.0
     for name, n0, correct, law in laws(bug, algorithm):
         n = max(1, round(n0 * scale)) if samples is None else samples.get(name)
@@ -107,7 +107,7 @@ def run_scale_for_power(bug, algorithm: str, target: float = 0.95, level: float 
 
 def best_check(bug, algorithm: str, level: float | None = None) -> tuple[str, float]:
     """(the check that needs the fewest draws for 95% power alone, that n; inf if none ever does)."""
-    level = conform.FAMILY_LEVEL / 11 if level is None else level
+    level = stats.LEVEL / 11 if level is None else level
     best = ("", math.inf)
     for name, _, correct, law in laws(bug, algorithm):
         if total_variation(law, correct) > 0:

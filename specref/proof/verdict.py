@@ -1,0 +1,128 @@
+"""What a conformance run reports, and how it ends in bounded time whatever the code under test does.
+
+`Check` is one check's result and `Verdict` what a report reads off its checks; `Stop` and its
+kinds end a run at once with a failing check; `Limits` puts a time limit on each call into the
+code under test and on all of them together.  Shared by `conform` (verifiers) and `pipeline`
+(whole generators).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass
+class Check:
+    """One check's result."""
+
+    name: str
+    tier: str  # "exact", "statistical" or "edge"
+    passed: bool | None  # None: skipped
+    detail: str = ""
+    pvalue: float | None = None
+    level: float | None = None
+    samples: int | None = None
+    diagnosis: str = ""
+    bug: str = ""  # the diagnosed bug's name, if any
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        status = "SKIP" if self.passed is None else "pass" if self.passed else "FAIL"
+        stat = f"p={self.pvalue:.3g} level={self.level:.2g} " if self.pvalue is not None else ""
+        n = f"n={self.samples} " if self.samples is not None else ""
+        out = f"{status}  {self.name:32s} {stat}{n}{self.detail}".rstrip()
+        return out + (f"\n      diagnosis: {self.diagnosis}" if self.diagnosis else "")
+
+
+class Verdict:
+    """What every run's report reads off its `checks`: whether it passed, which checks failed, the verdict line."""
+
+    checks: list
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed is not False for c in self.checks)
+
+    @property
+    def failed(self) -> list:
+        return [c for c in self.checks if c.passed is False]
+
+    def verdict(self) -> str:
+        return "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
+
+
+class Stop(BaseException):
+    """Ends a run at once with a failing verdict (a BaseException, so that no check's `except Exception` keeps it)."""
+
+    check = "stop"
+
+
+class ContractViolation(Stop):
+    """An output outside the contract: not 1..K+1 tokens, not integer ids, an id outside [0, V)."""
+
+    check = "contract"
+
+
+class TimeLimit(Stop):
+    """A call, or the whole run, took longer than its limit."""
+
+    check = "time limit"
+
+
+class Limits:
+    """Time limits on calls into code under test: each call `per_call` seconds, all calls together end by `total` s.
+
+    In the main thread a call is interrupted by SIGALRM (a sleeping or looping Python function stops at
+    once; C code that never returns to the interpreter stops when it does); elsewhere the call runs in a
+    daemon thread that is abandoned when its time is up.  Either way the caller gets TimeLimit in time.
+    """
+
+    def __init__(self, per_call: float, total: float, what: str = "call"):
+        if not (per_call > 0 and total > 0):
+            raise ValueError(f"time limits must be > 0 seconds, got {per_call} per call and {total} in all")
+        self.per_call, self.total, self.what = float(per_call), float(total), what
+        self.start, self.calls = time.monotonic(), 0
+
+    def _message(self, limit: float) -> str:
+        if limit < self.per_call:
+            return (f"the run passed its time limit of {self.total:g} s during {self.what} {self.calls + 1} "
+                    f"(after {time.monotonic() - self.start:.1f} s)")
+        return f"{self.what} {self.calls + 1} did not return within its time limit of {self.per_call:g} s"
+
+    def call(self, function: Callable, *args):
+        limit = min(self.per_call, self.total - (time.monotonic() - self.start))
+        if limit <= 0:
+            raise TimeLimit(self._message(0.0))
+        message = self._message(limit)
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+            def alarm(signum, frame):
+                raise TimeLimit(message)
+            previous = signal.signal(signal.SIGALRM, alarm)
+            signal.setitimer(signal.ITIMER_REAL, limit)
+            try:
+                out = function(*args)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+        else:
+            box = {}
+
+            def run():
+                try:
+                    box["out"] = function(*args)
+                except BaseException as e:  # noqa: BLE001  (handed back to the caller)
+                    box["error"] = e
+            worker = threading.Thread(target=run, daemon=True)
+            worker.start()
+            worker.join(limit)
+            if worker.is_alive():
+                raise TimeLimit(message)
+            if "error" in box:
+                raise box["error"]
+            out = box["out"]
+        self.calls += 1
+        return out
