@@ -3,7 +3,8 @@
 The correct toy pipeline's exact law of L tokens is its plain sampler's; each pipeline form of a
 shipped bug has another law, and each toy's sampler fits its own exact law.  check_pipeline passes
 the correct pipeline and fails the four visible bugs at the default sample size; the bf16 one
-needs about 4e7 sequences a sample (computed, and the computation checked where it can be run).
+needs about 4e7 sequences a sample (computed, and the computation checked where it can be run),
+and is caught on two-token sequences at the 3.7e7 computed for power 0.95 (a slow test).
 The two-sample test's false-alarm rate is measured on multinomial draws from the exact law.  Every
 hostile generator ends with a failing verdict, named, in bounded time.
 
@@ -79,6 +80,38 @@ def test_bf16_is_not_seen_at_the_default_size_and_its_needed_size_is_computed(pl
     assert conform.check_pipeline(bug.generate, bug.plain, seed=0).passed
     n = pipeline.samples_to_see(bug.law(), plain_law)
     assert 1e7 < n < 1e8  # about 4e7 sequences in each sample for power 0.5
+
+
+@pytest.mark.slow
+def test_bf16_is_caught_at_its_computed_size_on_two_token_sequences():
+    # The smallest effect: on two-token sequences its distance from the correct law is nearly that of
+    # four (6.2e-4 against 6.6e-4) in 7 possible outcomes instead of 84, so about 3.7e7 sequences a sample give
+    # power 0.95 (computed).  One fixed seed: the bug fails, the correct pipeline at the same size passes
+    # (a false alarm there has probability 1e-3).  About two minutes each on a 2-core machine.
+    bug, toy = pipeline.Bf16Draft(L=2), pipeline.Toy(L=2)
+    n = pipeline.samples_to_see(bug.law(), toy.plain_law(), power=0.95)
+    assert 2e7 < n < 6e7, n
+    report = conform.check_pipeline(bug.generate, bug.plain, samples=n, seed=0)
+    print(report.text())
+    assert not report.passed, report.text()
+    report = conform.check_pipeline(toy.generate, toy.plain, samples=n, seed=0)
+    print(report.text())
+    assert report.passed, report.text()
+
+
+def test_counting_sequences_and_generating_in_chunks(monkeypatch):
+    rng = np.random.default_rng(3)
+    for shape, high in (((500, 3), 5), ((500, 30), 40), ((20, 1), 1), ((200, 2), 10**12)):  # the last: no base fits
+        a = rng.integers(0, high, size=shape)
+        assert pipeline._count(a) == Counter(map(tuple, a.tolist())), shape
+    monkeypatch.setattr(pipeline, "CHUNK", 7)  # 100 sequences in 15 chunks: the same law as in one
+    law = TOY.law()
+    out = TOY.generate(100, 1)
+    assert out.shape == (100, TOY.L) and all(law.get(tuple(s), 0) > 0 for s in out.tolist())
+    assert TOY.generate(0, 1).shape == (0, TOY.L)
+    counts = pipeline._count(TOY.generate(20_000, 5))
+    assert stats.chi_square_gof(counts, law)[2] > 1e-3
+    assert stats.chi_square_gof(counts, pipeline.UnfilteredDraftRows().law())[2] < 1e-6  # negative control
 
 
 @pytest.mark.parametrize("name", ["unfiltered_draft_rows", "argmax_after_filters"])
