@@ -3,6 +3,7 @@
 Optional, outside CI (it needs torch and transformers, which are not project dependencies):
 
     python3 -m tools.conform_hf_pipeline [--venv /tmp/specref-transformers] [--samples 5000] [--json out.json]
+                                         [--only RUN ...]
 
 Without torch and transformers importable it makes the same virtual environment as
 tools/conform_transformers.py (`ensure_venv`: torch 2.13.0, the CPU build, and transformers from
@@ -24,6 +25,13 @@ drafts, the draft's processed logits and the target's processed logits) changes 
 - target_not_warped (vLLM #9834): the verifier gets the target's raw logits;
 - argmax_after_filters (mistral.rs PR #2424): torch.multinomial returns the argmax during the call,
   so the target's token after a rejection, or the bonus, is the argmax of its filtered row.
+Two more change the drafting, through a wrapper around AssistedCandidateGenerator.get_candidates
+(the assistant's own generate call); the logits it hands on are untouched:
+- greedy_draft (transformers #32867): the assistant's torch.multinomial returns the argmax, so it
+  decodes greedily while its sampling logits go to the verifier;
+- bf16_draft (DeepSpec #31): the assistant's torch.multinomial draws from its probabilities rounded
+  to bfloat16, while the verifier gets the float32 ones.  The wrapper sums the L1 distance between
+  the rounded (renormalised) and the float32 rows, the size of the bias.
 The same wrapper counts accepted drafts (acceptance), and compares the draft logits handed over
 with the draft's raw logits processed once and twice by the target's warpers (what the framework
 does to the draft's processors).
@@ -50,6 +58,7 @@ try:  # present only inside the tool's virtual environment
     import transformers
     from transformers import LlamaConfig, LlamaForCausalLM
     from transformers.generation import utils as generation_utils
+    from transformers.generation.candidate_generator import AssistedCandidateGenerator
 except ImportError:
     torch = transformers = None
 
@@ -66,7 +75,7 @@ CASES = {
 }
 BUG_CASE = "T 0.7, top-k 5"
 SCALE, NOISE = 30.0, 0.15  # the output layer's scale, and the draft's perturbation (acceptance 0.3-0.8)
-BUGS = ("unfiltered_draft_rows", "target_not_warped", "argmax_after_filters")
+BUGS = ("unfiltered_draft_rows", "target_not_warped", "argmax_after_filters", "greedy_draft", "bf16_draft")
 
 
 def tiny_llama(V: int, seed: int, scale: float, noise: float = 0.0, noise_seed: int = 0):
@@ -102,6 +111,8 @@ class Harness:
         self.drafted = self.accepted = self.calls = 0
         self.once = self.twice = 0.0  # summed |softmax(handed) - softmax(raw processed once / twice)|_1 over draft rows
         self.rows = 0
+        self.drawn = 0  # rows the assistant drew a token from
+        self.rounding = 0.0  # summed |bf16 row, renormalised - float32 row|_1 over them (bf16_draft)
 
     def _warpers(self):
         config = self.target.generation_config
@@ -148,12 +159,33 @@ class Harness:
             return valid, n
         return speculative_sampling
 
+    def _drafting(self, original):
+        multinomial = torch.multinomial
+
+        def draw(probs, num_samples=1, **kw):  # the assistant's token draw, changed by greedy_draft and bf16_draft
+            self.drawn += probs.shape[0]
+            if self.bug == "greedy_draft":
+                return probs.argmax(-1, keepdim=True)
+            if self.bug == "bf16_draft":
+                rounded = probs.to(torch.bfloat16).float()
+                rounded = rounded / rounded.sum(-1, keepdim=True)
+                self.rounding += float((rounded - probs.float()).abs().sum())
+                return multinomial(rounded, num_samples, **kw)
+            return multinomial(probs, num_samples, **kw)
+
+        def get_candidates(generator, input_ids, **kw):
+            with mock.patch.object(torch, "multinomial", draw):
+                return original(generator, input_ids, **kw)
+        return get_candidates
+
     def generate(self, n: int, seed: int) -> np.ndarray:  # -> [n, L]
         torch.manual_seed(seed)
         prompt = torch.tensor([PROMPT])
         out = np.zeros((n, L), dtype=np.int64)
         original = generation_utils._speculative_sampling
-        with mock.patch.object(generation_utils, "_speculative_sampling", self._wrapped(original)), torch.no_grad():
+        drafting = self._drafting(AssistedCandidateGenerator.get_candidates)
+        with mock.patch.object(generation_utils, "_speculative_sampling", self._wrapped(original)), \
+                mock.patch.object(AssistedCandidateGenerator, "get_candidates", drafting), torch.no_grad():
             for i in range(n):
                 ids = self.target.generate(prompt, attention_mask=torch.ones_like(prompt), assistant_model=self.draft,
                                            do_sample=True, max_new_tokens=L, **self.settings)
@@ -174,6 +206,8 @@ def inside(args) -> int:
     print(f"transformers {versions['transformers']}, torch {versions['torch']}, numpy {versions['numpy']}; "
           f"K = {K}, L = {L}, {args.samples} sequences each", flush=True)
     runs = [(name, None) for name in CASES] + [(BUG_CASE, bug) for bug in BUGS]
+    if args.only:
+        runs = [(name, bug) for name, bug in runs if (bug or name) in args.only]
     results, status = [], 0
     for name, bug in runs:
         V, settings = CASES[name]
@@ -186,7 +220,9 @@ def inside(args) -> int:
         row = {"case": name, "bug": bug, "V": V, "settings": settings, "passed": report.passed,
                "statistic": last.detail, "pvalue": last.pvalue, "acceptance": h.accepted / max(h.drafted, 1),
                "calls": h.calls, "draft_rows_vs_processed_once_L1": h.once / max(h.rows, 1),
-               "draft_rows_vs_processed_twice_L1": h.twice / max(h.rows, 1), "seconds": time.time() - start}
+               "draft_rows_vs_processed_twice_L1": h.twice / max(h.rows, 1),
+               "assistant_draws": h.drawn, "bf16_rounding_L1": h.rounding / max(h.drawn, 1) if bug == "bf16_draft" else None,
+               "seconds": time.time() - start}
         results.append(row)
         print(json.dumps(row), flush=True)
         if bug is None and not report.passed:
@@ -203,6 +239,8 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=5000, help="sequences from each generator (default 5000)")
     ap.add_argument("--seed", type=int, default=0, help="the checker's seed (default 0)")
     ap.add_argument("--json", help="also write the results to this file")
+    ap.add_argument("--only", nargs="+", choices=[*CASES, *BUGS], metavar="RUN",
+                    help=f"run only these cases or bugs (cases: {', '.join(CASES)}; bugs: {', '.join(BUGS)})")
     args = ap.parse_args()
     if torch is not None:
         start = time.time()
