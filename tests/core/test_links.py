@@ -33,15 +33,15 @@ def pages() -> list[Path]:
     return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def _prose_lines(text: str) -> list[tuple[int, str]]:
-    """(line number, line) outside fenced code blocks, with inline code blanked out."""
+def _prose_lines(text: str, keep_code: bool = False) -> list[tuple[int, str]]:
+    """(line number, line) outside fenced code blocks, with inline code blanked out unless keep_code."""
     out, fenced = [], False
     for number, line in enumerate(text.splitlines(), start=1):
         if _FENCE.match(line):
             fenced = not fenced
             continue
         if not fenced:
-            out.append((number, _CODE_SPAN.sub("code", line)))
+            out.append((number, line if keep_code else _CODE_SPAN.sub("code", line)))
     return out
 
 
@@ -56,7 +56,7 @@ def slug(heading: str) -> str:
 def anchors(text: str) -> set[str]:
     """Every anchor a markdown text offers: its headings' slugs (repeats numbered -1, -2, ... as GitHub does) and HTML anchors."""
     found, seen = set(), {}
-    for _, line in _prose_lines(text):
+    for _, line in _prose_lines(text, keep_code=True):  # a heading's anchor keeps its code's text
         found.update(_HTML_ANCHOR.findall(line))
         m = _HEADING.match(line)
         if not m:
@@ -141,6 +141,7 @@ def test_slugs_follow_github():
     assert slug("A third day: OpenBLAS's own threads against the plan's") == "a-third-day-openblass-own-threads-against-the-plans"
     assert slug("specref — speculative sampling, proven, in NumPy") == "specref--speculative-sampling-proven-in-numpy"
     assert slug("The `verify_block` rule, step 1") == "the-verify_block-rule-step-1"
+    assert anchors("## Whole pipelines: `--pipeline`\n") == {"whole-pipelines---pipeline"}
     assert anchors("# Notes\n## Notes\n```\n# not a heading\n```\n") == {"notes", "notes-1"}
 
 
