@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -49,6 +50,8 @@ from scipy import stats as sps
 
 from specref import warps
 from specref.proof import stats
+from specref.proof.power import smallest_n
+from specref.proof.stats import total_variation
 from specref.proof.verdict import Check, ContractViolation, Limits, Stop, Verdict
 
 FAMILY_LEVEL = stats.LEVEL  # the conformance checker's family-wise false-alarm level
@@ -435,31 +438,20 @@ unfiltered_draft_rows, greedy_draft, target_not_warped, argmax_after_filters, bf
     cls() for cls in PIPELINE_BUGS.values())
 
 
-def total_variation(a: dict, b: dict) -> float:
-    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+def samples_to_see(law: dict, reference: dict, power: float = 0.5, level: float = FAMILY_LEVEL) -> float:
+    """Sequences per sample at which the two-sample test rejects with probability `power` (inf beyond 1e12), by the
+    noncentral chi-square with the bins of the pooled law at that size (equal samples: lambda = n/2 * sum (a-b)^2/mean)."""
+    mean = {k: (law.get(k, 0.0) + reference.get(k, 0.0)) / 2 for k in set(law) | set(reference)}
 
-
-def samples_to_see(law: dict, reference: dict, power: float = 0.5, level: float = FAMILY_LEVEL) -> int:
-    """Sequences per sample at which the two-sample test rejects with probability `power`, by the noncentral
-    chi-square with the bins of the reference law pooled at that size (equal samples: lambda = n/2 * sum (a-b)^2/mean)."""
     def chance(n: int) -> float:
-        mean = {k: (law.get(k, 0.0) + reference.get(k, 0.0)) / 2 for k in set(law) | set(reference)}
         bins = stats.pooled_bins(mean, n)
         a = np.array([sum(law.get(k, 0.0) for k in g) for g in bins])
         b = np.array([sum(reference.get(k, 0.0) for k in g) for g in bins])
         lam = n / 2 * float(((a - b) ** 2 / ((a + b) / 2)).sum())
         dof = len(bins) - 1
         return float(sps.ncx2.sf(sps.chi2.isf(level, dof), dof, lam)) if dof > 0 else 0.0
-    n = 16
-    while chance(n) < power:
-        n *= 2
-        if n > 10**12:
-            return n
-    lo, hi = n // 2, n
-    while hi - lo > max(1, lo // 100):
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if chance(mid) < power else (lo, mid)
-    return hi
+    n = smallest_n(chance, power)
+    return n if math.isinf(n) else int(n)
 
 
 # ---------------------------------------------------------------- false alarms and power, measured

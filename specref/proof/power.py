@@ -20,7 +20,8 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import cases, stats
+from specref.proof import cases, shipped, stats
+from specref.proof.stats import total_variation
 
 
 def noncentrality(bug: dict, correct: dict, n: int) -> tuple[float, int, float]:
@@ -79,11 +80,6 @@ def laws(bug, algorithm: str) -> tuple[tuple[str, int, dict, dict], ...]:
     return tuple(out)
 
 
-def total_variation(a: dict, b: dict) -> float:
-    """Half the L1 distance between two laws."""
-    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
-
-
 def run_power(bug, algorithm: str, samples: dict | None = None, scale: float = 1.0,
               level: float | None = None) -> float:
     """P(a run of the checker fails on bug's single-call form), from its one-call and accepted-count checks.
@@ -133,7 +129,6 @@ def caught(algorithm: str, samples: dict, level: float, exact_ran: set[str]) -> 
     """(shipped signatures a run with these per-check samples catches with >= 95% power, the others with why).
 
     exact_ran: the names of the exact-tier checks that ran (an edge case is caught by its check for certain)."""
-    from specref.proof import shipped
     yes, no = [], []
     for s in shipped.GALLERY:
         if s.algorithm != algorithm:

@@ -36,6 +36,11 @@ LEVEL = 1e-3
 MIN_EXPECTED = 20.0
 
 
+def total_variation(a: dict, b: dict) -> float:
+    """Half the L1 distance between two laws (dicts outcome -> probability)."""
+    return 0.5 * sum(abs(a.get(k, 0.0) - b.get(k, 0.0)) for k in set(a) | set(b))
+
+
 def pooled_bins(law: dict, n: int) -> list[list]:
     """The outcomes of `law` grouped into the chi-square's bins for n draws: the rarest pooled (see MIN_EXPECTED), the rest alone."""
     live = sorted((k for k, v in law.items() if v > 0), key=law.get)  # rarest first
