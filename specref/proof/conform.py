@@ -192,9 +192,6 @@ class Report(Verdict):
         lines.append(f"{self.verdict()} in {self.seconds:.0f} s")
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
-        edge = _edge_names(self)
-        if edge and edge not in self.diagnosis:  # a run ended by its contract check
-            lines.append(f"known bug that shipped: {edge}")
         coverage = self.coverage()
         if coverage:
             lines.append(coverage)
