@@ -33,10 +33,7 @@ def main() -> int:
     n = P.samples_to_see(P.Bf16Draft(L=2).law(), t.plain_law(), 0.95)
     out = {"n": n, "first_seed": args.first, "last_seed": args.last - 1}
     if args.what == "pairs":
-        out["pvalues"] = []
-        for seed in range(args.first, args.last):
-            out["pvalues"].append(P.check_pipeline(t.generate, t.plain, samples=n, seed=seed).checks[-1].pvalue)
-            print(seed, out["pvalues"][-1], flush=True)
+        out["pvalues"] = P.pvalues(t, n, args.last - args.first, args.first, lambda line: print(line, flush=True))
         out["failed"] = sum(p <= P.FAMILY_LEVEL for p in out["pvalues"])
     else:
         law = t.law()

@@ -456,12 +456,23 @@ def samples_to_see(law: dict, reference: dict, power: float = 0.5, level: float 
 
 # ---------------------------------------------------------------- false alarms and power, measured
 
+def pvalues(pipe: Toy, samples: int, runs: int, first_seed: int, progress: Callable | None = None,
+            name: str = "run") -> list[float]:
+    """The chi-square p-values of check_pipeline on `pipe` for seeds first_seed, first_seed + 1, ...;
+    progress(line) after each run if given."""
+    out = []
+    for i in range(runs):
+        out.append(check_pipeline(pipe.generate, pipe.plain, samples=samples, seed=first_seed + i).checks[-1].pvalue)
+        if progress:
+            progress(f"{name} {i + 1}/{runs} (seed {first_seed + i}): p = {out[-1]:.3g}")
+    return out
+
+
 def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed: int = 1) -> dict:
     """Runs check_pipeline with fresh seeds: on TOY (false alarms) and on each PIPELINE_BUGS pipeline (power)."""
     out = {"samples": samples, "level": FAMILY_LEVEL}
     toy = TOY
-    ps = [check_pipeline(toy.generate, toy.plain, samples=samples, seed=first_seed + i).checks[-1].pvalue
-          for i in range(runs_correct)]
+    ps = pvalues(toy, samples, runs_correct, first_seed)
     out["correct"] = {"runs": runs_correct, "failed": int(sum(p <= FAMILY_LEVEL for p in ps)),
                       "below_0.05": float(np.mean(np.array(ps) < 0.05)), "below_0.01": float(np.mean(np.array(ps) < 0.01)),
                       "ks_uniform_p": float(sps.kstest(ps, "uniform").pvalue)}
@@ -492,11 +503,7 @@ def measure_small(runs: int, new_tokens: int = 2, power: float = 0.95, first_see
     out = {"new_tokens": new_tokens, "samples": n, "computed_power": power, "level": FAMILY_LEVEL,
            "total_variation": total_variation(law, reference)}
     for name, pipe in (("correct", toy), ("bf16_draft", bug)):
-        ps = []
-        for i in range(runs):
-            ps.append(check_pipeline(pipe.generate, pipe.plain, samples=n, seed=first_seed + i).checks[-1].pvalue)
-            if progress:
-                progress(f"{name} run {i + 1}/{runs}: p = {ps[-1]:.3g}")
+        ps = pvalues(pipe, n, runs, first_seed, progress, f"{name} run")
         out[name] = {"runs": runs, "failed": int(sum(p <= FAMILY_LEVEL for p in ps)), "pvalues": ps}
     return out
 
