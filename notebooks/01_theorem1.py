@@ -42,8 +42,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref.proof import broken, stats
-from specref import mrs, plots, sampling
-from specref.quick import quick_mode
+from specref import mrs, sampling
+from specref.notebooks import plots
+from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()  # SPECREF_QUICK=1 shrinks the simulations (CI); unset for the full sizes
 print("quick mode" if QUICK else "full sizes")

@@ -29,9 +29,10 @@ from collections import Counter
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref import mrs, plots, warps
+from specref import mrs, warps
+from specref.notebooks import plots
 from specref.proof import stats
-from specref.quick import quick_mode
+from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
 names = ["t1", "t2", "t3", "t4"]

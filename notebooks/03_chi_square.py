@@ -40,10 +40,11 @@ from collections import Counter
 from scipy import stats as sps
 
 from specref.proof import broken, stats
-from specref.apps.progress import Progress
-from specref import mrs, plots, sampling
+from specref.notebooks.progress import Progress
+from specref import mrs, sampling
+from specref.notebooks import plots
 from specref.runstats import RunStats
-from specref.quick import quick_mode
+from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
 print("LEVEL =", stats.LEVEL, " MIN_EXPECTED =", stats.MIN_EXPECTED, " quick" if QUICK else " full sizes")

@@ -45,9 +45,10 @@ import numpy as np
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from specref.apps import widgets
-from specref import plots, speedup
-from specref.quick import quick_mode
+from specref.notebooks import widgets
+from specref import speedup
+from specref.notebooks import plots
+from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
 
@@ -59,7 +60,7 @@ QUICK = quick_mode()
 # and `score_slope` move it. $\hat c$ counts arithmetic, not time, so it moves only the right plot, Thm 3.11's
 # operations factor, and the line "arithmetic operations factor" in the text below them. Both y axes stay fixed
 # while the curves fit in them, so what a slider changes is the curve moving, not the axis.
-# The callbacks are `specref.apps.widgets.speedup_panel`, `plot_speedup` and `plot_operations` (tests call them
+# The callbacks are `specref.notebooks.widgets.speedup_panel`, `plot_speedup` and `plot_operations` (tests call them
 # directly). The sliders need a live kernel; the next cell prints the same numbers for fixed settings.
 
 # %%

@@ -44,12 +44,14 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML, display
 
-from specref import plots, speedup
-from specref.apps import demo, figures, widgets
+from specref import speedup
+from specref.notebooks import plots
+from specref.apps import demo, figures
+from specref.notebooks import widgets
 from specref.apps.costs import measure_costs
-from specref.apps.progress import Progress
+from specref.notebooks.progress import Progress
 from specref.fast import load_fast
-from specref.quick import quick_mode
+from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
 N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons

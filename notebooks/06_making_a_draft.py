@@ -40,11 +40,12 @@ import tempfile
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref import mrs, plots, speedup
+from specref import mrs, speedup
+from specref.notebooks import plots
 from specref.apps import demo
 from specref.apps import train_draft as td
-from specref.apps.progress import Progress
-from specref.quick import quick_mode
+from specref.notebooks.progress import Progress
+from specref.notebooks.quick import quick_mode
 from specref.smollm2 import draft as nd
 from specref.fast import load_fast
 

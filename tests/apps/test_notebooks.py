@@ -1,4 +1,4 @@
-"""Every notebook runs headless, and specref.quick, the switch they read (SPECREF_QUICK=1: small sizes).
+"""Every notebook runs headless, and specref.notebooks.quick, the switch they read (SPECREF_QUICK=1: small sizes).
 
 Each notebook (01-06) is executed once here, top to bottom on a fresh kernel, with nbclient (no
 browser): SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failure on any
@@ -8,7 +8,7 @@ SmolLM2-135M, take about a minute each and are marked `slow` (`python3 -m pytest
 
 tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
 the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
-notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.plots`,
+notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.notebooks.plots`,
 which must not import the model's code: checked here in a fresh interpreter.
 """
 
@@ -24,7 +24,7 @@ import pytest
 from nbclient import NotebookClient
 from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
 
-from specref.quick import quick_mode
+from specref.notebooks.quick import quick_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -130,7 +130,7 @@ def test_a_cell_over_its_time_limit_is_named(tmp_path):
     assert "CellTimeoutError" in problems[0]
 
 
-# ---------------------------------------------------------------- specref.plots, the notebooks' plots
+# ---------------------------------------------------------------- specref.notebooks.plots, the notebooks' plots
 
 def imported_by(module: str) -> set[str]:
     """The gguf, specref and matplotlib modules in sys.modules after importing `module` in a fresh interpreter."""
@@ -142,10 +142,10 @@ def imported_by(module: str) -> set[str]:
 
 
 def test_plots_module_does_not_import_the_model():
-    loaded = imported_by("specref.plots")
-    assert "specref.plots" in loaded
+    loaded = imported_by("specref.notebooks.plots")
+    assert "specref.notebooks.plots" in loaded
     model_code = sorted(m for m in loaded if m == "gguf" or m.startswith(("gguf.", "specref.smollm2", "specref.apps")))
-    assert not model_code, f"importing specref.plots imported {model_code}"
+    assert not model_code, f"importing specref.notebooks.plots imported {model_code}"
 
 
 @pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
@@ -162,7 +162,7 @@ def test_quick_notebooks_load_no_model_code(name):
     assert not loaded, f"{name}'s imports load the model's code: {sorted(loaded)}"
 
 
-# ---------------------------------------------------------------- specref.quick, the notebooks' switch
+# ---------------------------------------------------------------- specref.notebooks.quick, the notebooks' switch
 
 @pytest.mark.parametrize("value, expected", [
     (None, False), ("", False), ("0", False), ("false", False), ("No", False), (" off ", False),
@@ -186,8 +186,8 @@ def test_quick_mode_reads_the_environment(monkeypatch):
 
 
 def test_quick_module_imports_nothing_heavy():
-    code = ("import sys, specref.quick; "
+    code = ("import sys, specref.notebooks.quick; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy', 'matplotlib', 'specref')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-    assert out.strip() == "['specref', 'specref.quick']"
+    assert out.strip() == "['specref', 'specref.notebooks', 'specref.notebooks.quick']"

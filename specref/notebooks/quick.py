@@ -7,7 +7,7 @@ surrounding spaces ignored):
     "1", "true", "yes", "on"               quick mode
 
 Any other value raises ValueError rather than guessing.  The notebooks and
-`python -m specref.apps.figures` read it through `quick_mode()`.
+`python -m specref figures` read it through `quick_mode()`.
 
 Standard library only, so a notebook can read the switch before importing anything heavy.
 """
