@@ -35,6 +35,7 @@ from specref.proof import stats
 from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 names = ["t1", "t2", "t3", "t4"]
 p = np.array([0.4, 0.3, 0.2, 0.1])     # P_D, the draft
 q = np.array([0.30, 0.45, 0.10, 0.15])  # P_T, the target

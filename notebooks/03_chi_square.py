@@ -47,6 +47,7 @@ from specref.runstats import RunStats
 from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 print("LEVEL =", stats.LEVEL, " MIN_EXPECTED =", stats.MIN_EXPECTED, " quick" if QUICK else " full sizes")
 
 # %% [markdown]

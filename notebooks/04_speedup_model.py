@@ -51,6 +51,7 @@ from specref.notebooks import plots
 from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 
 # %% [markdown]
 # ## The panel

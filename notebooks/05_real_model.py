@@ -54,6 +54,7 @@ from specref.fast import load_fast
 from specref.notebooks.quick import quick_mode
 
 QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
 MACHINE = plots.machine_label()
 t = time.perf_counter()

@@ -50,6 +50,7 @@ from specref.smollm2 import draft as nd
 from specref.fast import load_fast
 
 QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 N_NEW = 32 if QUICK else 96
 MACHINE = plots.machine_label()
 model = load_fast(measure=True)  # the fast path (specref.fast): the timings below are only fair on it

