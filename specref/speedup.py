@@ -1,16 +1,21 @@
 """The analytic speedup model of Leviathan et al. 2023, section 3, in Leviathan's letters.
 
-alpha  expected acceptance rate, E[beta] = sum_x min(p(x), q(x))  (Def. 3.1, Thm 3.5)
+beta   acceptance rate at one prefix: the chance that a draft token at that position is
+       accepted, sum_x min(p(x), q(x)) over that position's two rows  (Def. 3.1, Thm 3.5)
+alpha  expected acceptance rate, alpha = E[beta], the mean of beta over the prefixes met in
+       generation  (section 3.1, Cor. 3.6); not beta of some average pair of rows
 gamma  draft tokens per target call (Chen's K)
 c      cost of one draft step / cost of one target decode step  (Def. 3.7)
 c_hat  arithmetic operations per token of the draft / of the target  (Def. 3.10)
 
-All assume Leviathan's simplification that the per-token acceptances are iid with mean
-alpha.  The section 3.3 walltime model also assumes that scoring gamma + 1 tokens in one
-target call costs the same as one decode step; on a CPU it does not, so
-`walltime_improvement_measured` takes the measured cost of that call instead.
-alpha itself comes from specref.mrs: `acceptance_rate`, or `lenient_acceptance_rate` for
-Leviathan's A.5 lenience.
+The functions here take (or return) alpha.  All assume Leviathan's simplification that the
+betas of successive positions are iid with mean alpha.  The section 3.3 walltime model also
+assumes that scoring gamma + 1 tokens in one target call costs the same as one decode step; on a
+CPU it does not, so `walltime_improvement_measured` takes the measured cost of that call instead.
+beta comes from specref.mrs for one pair of rows: `acceptance_rate`, or
+`lenient_acceptance_rate` for Leviathan's A.5 lenience.  alpha is beta averaged over the
+positions of a run; a run estimates it as its accepted drafts over the drafts examined
+(`specref.runstats.RunStats.alpha_hat`, the maximum-likelihood alpha under the iid assumption).
 """
 
 from __future__ import annotations

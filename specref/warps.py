@@ -1,9 +1,13 @@
 """Sampling warps: temperature, top-k, top-p (nucleus) and greedy as adjusted distributions.
 
-Leviathan et al. 2023, section 2 ("Standardized Sampling"): every usual decoding method
-is plain sampling from an adjusted distribution, so speculative sampling stays exact as
-long as the SAME adjustment is applied to the draft and to the target before MRS.
-`Warped` wraps a model so both can be wrapped identically.
+Leviathan et al. 2023, section 2.2 ("Standardized Sampling"): every usual decoding method
+is plain sampling from an adjusted distribution.  Speculative sampling then returns exactly
+the warped target's law when MRS is handed the WARPED target rows, and as the draft rows the
+distribution each draft token was ACTUALLY sampled from.  The draft's warp is free: any
+adjustment of the draft, or none, keeps the output exact, and changes only how often drafts are
+accepted (Leviathan's Discussion, section 6, suggests transforming the draft differently).
+Warping the draft like the target is the usual choice, not a condition of exactness.  `Warped`
+wraps a model: the target with the request's warp, the draft with the warp it samples from.
 
 Order of operations (as in common decoders): temperature, then top-k, then top-p.
 Greedy (temperature 0) is its own branch: a one-hot at the argmax, ties to the lowest id.
@@ -112,7 +116,7 @@ def top_p(probs: np.ndarray, p: float) -> np.ndarray:  # [..., V] -> [..., V]
 
 
 class Warped:
-    """A model whose every output row is adjusted by `warp`; wrap draft and target alike."""
+    """A model whose every output row is adjusted by `warp`: the target with the request's warp, the draft with any."""
 
     def __init__(self, model, temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None):
         self.model = model
