@@ -12,8 +12,9 @@ The rule (Chen, section "Modified Rejection Sampling"; Leviathan, section 2.3):
 a draft token x ~ p is accepted with probability min(1, q(x) / p(x)); on rejection a
 token is drawn from the residual (q - p)_+ = max(0, q - p) / sum(max(0, q - p)).
 Theorem 1 (Chen) / A.1 (Leviathan): the result is distributed exactly as q, because
-P(X = x) = min(p(x), q(x)) + (1 - alpha) * residual(x) = q(x) with
-alpha = sum_x min(p(x), q(x)).
+P(X = x) = min(p(x), q(x)) + (1 - beta) * residual(x) = q(x) with
+beta = sum_x min(p(x), q(x)), the acceptance probability at this prefix (Leviathan's alpha is its
+average over prefixes).
 
 Chen's Algorithm 2, the lines `verify` implements, numbered as in specref/sampling.py (the
 paper prints no numbers: line 1 is "Given lookahead K ...", line 8 the target's K + 1 sets
@@ -174,9 +175,12 @@ def _check_verify_inputs(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndar
 # ---------------------------------------------------------------- the laws
 
 def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float | np.ndarray:  # [V], [V] -> scalar (or [..., V] -> [...])
-    """alpha = sum_x min(p(x), q(x)) = 1 - total variation distance (Leviathan Def. 3.1, Thm 3.5).
+    """beta = sum_x min(p(x), q(x)) = 1 - total variation distance: the probability that a draft token
+    from this row is accepted (Leviathan Def. 3.1, Thm 3.5).  Leviathan's acceptance rate alpha is the
+    average of beta over the prefixes a run meets (Def. 3.2); pass the rows of those prefixes stacked
+    and average the result.
 
-    Requires: p and q distributions of the same shape [V] or stacked [..., V] (one alpha per row).
+    Requires: p and q distributions of the same shape [V] or stacked [..., V] (one beta per row).
     """
     p = check_distribution(p, "p (draft)")
     q = check_distribution(q, "q (target)", p.shape[-1])
@@ -204,17 +208,17 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
 
 
 def output_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
-    """Exact law of mrs's output: min(p, q) + (1 - alpha) * residual (Theorem 1's two terms), which equals q.
+    """Exact law of mrs's output: min(p, q) + (1 - beta) * residual (Theorem 1's two terms), which equals q.
 
     Requires: p and q distributions [V] (a single pair).
     """
     p, q = _check_pair(p, q, "output_law")
-    alpha = np.minimum(p, q).sum()
-    return np.minimum(p, q) + (1.0 - alpha) * _residual(p, q)
+    beta = np.minimum(p, q).sum()  # the acceptance probability at this prefix
+    return np.minimum(p, q) + (1.0 - beta) * _residual(p, q)
 
 
 def lenient_acceptance_rate(p: np.ndarray, q: np.ndarray, lenience: float) -> float:  # [V], [V] -> scalar
-    """Leviathan A.5's alpha with lenience l in Chen's letters: alpha_l = sum_x min(p(x), q(x) / l).
+    """Leviathan A.5's acceptance probability with lenience l, at one prefix, in Chen's letters: beta_l = sum_x min(p(x), q(x) / l).
 
     Requires: p and q distributions [V] (a single pair); 0 < l <= 1.  Leviathan writes
     sum_x min(p(x) / l, q(x)) with the letters swapped.
