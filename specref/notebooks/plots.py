@@ -41,24 +41,25 @@ def machine_label() -> str:
 
 def plot_overlap(ax, p: np.ndarray, q: np.ndarray, names=None):  # [V], [V]
     """Theorem 1 as a picture: q(x) split into min(p, q) (draft accepted, hatched over p)
-    and (1 - alpha) * residual(x) (resampled after a rejection), with p as an outline."""
+    and (1 - beta) * residual(x) (resampled after a rejection), with p as an outline; beta = sum min(p, q)
+    is the acceptance probability for this pair of rows (Leviathan's beta; his alpha averages it over prefixes)."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     V = len(p)
     x = np.arange(V)
     names = names if names is not None else [str(i) for i in range(V)]
     accepted = np.minimum(p, q)  # [V] P(draft x and accept it)
-    alpha = accepted.sum()
-    resampled = (1.0 - alpha) * mrs.residual(p, q)  # [V] P(reject, then draw x)
-    ax.bar(x, accepted, width=0.6, color="C2", label=f"min(p, q): drafted and accepted (sum alpha = {alpha:.3f})")
+    beta = accepted.sum()
+    resampled = (1.0 - beta) * mrs.residual(p, q)  # [V] P(reject, then draw x)
+    ax.bar(x, accepted, width=0.6, color="C2", label=f"min(p, q): drafted and accepted (sum beta = {beta:.3f})")
     ax.bar(x, resampled, width=0.6, bottom=accepted, color="C1",
-           label=f"(1 - alpha) residual: resampled after a rejection (sum {1 - alpha:.3f})")
+           label=f"(1 - beta) residual: resampled after a rejection (sum {1 - beta:.3f})")
     ax.bar(x, p, width=0.8, fill=False, edgecolor="C0", lw=1.5, ls="--", label="p (draft)")
     ax.hlines(q, x - 0.4, x + 0.4, colors="k", lw=2, label="q (target) = the sum of the two")  # a line, also in the legend
     ax.set_xticks(x, names)
     ax.set_ylim(0, 1.6 * max(p.max(), q.max()))  # headroom for the legend
     ax.set_xlabel("token x")
     ax.set_ylabel("probability")
-    ax.set_title("Chen et al. Theorem 1: P(X = x) = min(p, q) + (1 - alpha) (q - p)+ = q(x)")
+    ax.set_title("Chen et al. Theorem 1: P(X = x) = min(p, q) + (1 - beta) (q - p)+ = q(x)")
     ax.legend(fontsize=7, loc="upper right")
     return ax
 
