@@ -2,7 +2,7 @@
 
 
 def expected_tokens(alpha, gamma):  # scalar, int -> float
-    """Leviathan's Eq. 1, 1 + alpha + ... + alpha**gamma = (1 - alpha**(gamma + 1)) / (1 - alpha), and gamma + 1 at alpha = 1."""
+    """Eq. 1: 1 + alpha + ... + alpha**gamma = (1 - alpha**(gamma + 1)) / (1 - alpha), and gamma + 1 at alpha = 1."""
     if alpha == 1:  # the formula is 0 / 0 there; every draft is accepted, plus the bonus token
         return gamma + 1.0
     return (1 - alpha ** (gamma + 1)) / (1 - alpha)

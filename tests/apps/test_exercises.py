@@ -1,0 +1,374 @@
+"""The exercises' graders (specref.notebooks.exercises): every answer in notebooks/solutions/ passes, known wrong
+answers fail with their diagnosis, broken functions fail cleanly, and the gallery of shipped mistakes fails where
+the correct pipeline passes.
+
+Times: each check's wall time is printed; a check is meant to take under 10 s on a busy 2-core machine (about 1 s
+when idle), but the assertions allow 30 s, because a shared machine can be slow for reasons of its own.
+"""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+from nbclient import NotebookClient
+
+from specref import mrs
+from specref.proof import broken, power, stats
+from specref.notebooks import exercises
+
+ROOT = Path(__file__).resolve().parents[2]
+SOLUTIONS = ROOT / "notebooks" / "solutions"
+SLOW_MACHINE_BOUND = 30.0  # seconds; the aim is < 10 s (module docstring)
+
+
+def solution(name: str):
+    """The function `name` of notebooks/solutions/name.py (the notebooks import it from their own directory)."""
+    spec = importlib.util.spec_from_file_location(f"solutions_{name}", SOLUTIONS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def timed(check, f):
+    start = time.perf_counter()
+    result = check(f)
+    seconds = time.perf_counter() - start
+    print(f"{check.__name__}({getattr(f, '__name__', f)!s}): {seconds:.2f} s")
+    assert seconds < SLOW_MACHINE_BOUND
+    return result
+
+
+CHECKS = {"verify": exercises.check_verify, "residual": exercises.check_residual,
+          "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights}
+
+
+# ---------------------------------------------------------------- the answers pass
+
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_each_solution_passes_its_grader(name, capsys):
+    result = timed(CHECKS[name], solution(name))
+    out = capsys.readouterr().out
+    assert result and result.passed and result.diagnosis == "", result
+    assert out.splitlines()[0] == repr(result) == result.verdict  # the verdict, printed once
+    assert repr(result).startswith("pass: ")
+
+
+def test_a_verdict_holds_no_timing_and_repeats_exactly(capsys):
+    # notebooks are committed with their outputs and re-executed by the suite: the line must not change
+    for name in ("residual", "expected_tokens", "verify"):
+        first, second = (CHECKS[name](solution(name)).verdict for _ in range(2))
+        assert first == second and " s)" not in first
+
+
+def test_solutions_are_plain_numpy_with_a_docstring():
+    for name in CHECKS:
+        text = (SOLUTIONS / f"{name}.py").read_text()
+        assert "specref" not in text.replace(f"exercises.check_{name}", ""), f"{name}.py should not import specref"
+        assert f"exercises.check_{name}" in text.splitlines()[0], f"{name}.py: its docstring names its exercise"
+
+
+def test_the_library_passes_too():
+    assert timed(exercises.check_verify, mrs.verify)
+
+
+def verify_with_choice(x_draft, p, q, rng):  # the usual NumPy idiom: rng.choice(V, p=...) draws by the inverse CDF
+    K, V = p.shape
+    out = []
+    for t in range(K):
+        x = int(x_draft[t])
+        if rng.random() < min(1.0, q[t, x] / p[t, x]):
+            out.append(x)
+            continue
+        r = np.maximum(q[t] - p[t], 0.0)
+        out.append(int(rng.choice(V, p=r / r.sum() if r.sum() > 0 else q[t])))
+        return np.array(out)
+    return np.array(out + [int(rng.choice(V, p=q[K]))])
+
+
+def test_rng_choice_is_a_correct_way_to_draw():
+    result = timed(exercises.check_verify, verify_with_choice)
+    assert result, result
+    assert "13 vectors" in result.verdict and "exact law on 5 cases" in result.verdict
+
+
+def test_a_generator_method_the_grader_cannot_control_leaves_the_chi_square():
+    def verify_integers(x_draft, p, q, rng):
+        return mrs.verify(x_draft, p, q, np.random.default_rng(rng.integers(2**32)))
+    result = timed(exercises.check_verify, verify_integers)
+    assert result, result
+    assert "skipped: it calls rng.integers" in result.verdict
+
+
+# ---------------------------------------------------------------- wrong answers, with their diagnoses
+
+# The mistakes the brief of the exercises names, each with the words its diagnosis must contain.
+NAMED = [(broken.resample_from_q, "resamples from q instead of the residual"), (broken.no_bonus, "no bonus token"),
+         (exercises.argmax_draws, "argmax instead of sampling"), (broken.one_uniform_reused, "reuses one uniform"),
+         (broken.residual_only_rejected_entry, "residual adjusted only at the rejected token (EAGLE #20)"),
+         (exercises.letters_swapped, "p and q swapped")]
+
+
+@pytest.mark.parametrize("bug, words", NAMED, ids=[b.name for b, _ in NAMED])
+def test_named_verify_mistakes_fail_with_their_diagnosis(bug, words):
+    result = timed(exercises.check_verify, bug)
+    assert not result and words in result.diagnosis, result
+    assert result.verdict == f"FAIL: {result.check}: {result.diagnosis}"
+
+
+@pytest.mark.parametrize("bug, label", exercises.VERIFY_MISTAKES, ids=[b.name for b, _ in exercises.VERIFY_MISTAKES])
+def test_every_known_verify_mistake_is_named(bug, label):
+    result = timed(exercises.check_verify, bug)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def inclusive_accept(x_draft, p, q, rng):  # u <= q/p: keeps a draft with q(x) = 0 when u = 0
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() <= q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        r = np.maximum(q[t] - p[t], 0.0)
+        return np.array(out + [mrs.sample(r if r.sum() > 0 else q[t], rng)])
+    return np.array(out + [mrs.sample(q[len(x_draft)], rng)])
+
+
+def unguarded_residual(x_draft, p, q, rng):  # divides max(0, q - p) by its sum: NaN when it is all zero
+    V = p.shape[1]
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        r = np.maximum(q[t] - p[t], 0.0)
+        return np.array(out + [int(rng.choice(V, p=r / r.sum()))])
+    return np.array(out + [int(rng.choice(V, p=q[len(x_draft)]))])
+
+
+def uniforms_up_front(x_draft, p, q, rng):  # vLLM's order: all K accept uniforms first (the law is right)
+    K = len(x_draft)
+    u = rng.random(K)
+    out = []
+    for t in range(K):
+        x = int(x_draft[t])
+        if u[t] < q[t, x] / p[t, x]:
+            out.append(x)
+            continue
+        r = np.maximum(q[t] - p[t], 0.0)
+        return np.array(out + [mrs.sample(r if r.sum() > 0 else q[t], rng)])
+    return np.array(out + [mrs.sample(q[K], rng)])
+
+
+def residual_drawn_backwards(x_draft, p, q, rng):  # the inverse CDF over the tokens in reverse: the law is right
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        r = np.maximum(q[t] - p[t], 0.0)
+        r = (r if r.sum() > 0 else q[t])[::-1]
+        return np.array(out + [len(r) - 1 - mrs.sample(r, rng)])
+    return np.array(out + [mrs.sample(q[len(x_draft)], rng)])
+
+
+def global_generator(x_draft, p, q, rng):  # randomness from a fresh generator, not from rng
+    return mrs.verify(x_draft, p, q, np.random.default_rng())
+
+
+def reseeded(x_draft, p, q, rng):  # a generator made (and seeded) inside: the same coins every call
+    return mrs.verify(x_draft, p, q, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("f, check, words", [
+    (inclusive_accept, "edge q(x) = 0, u = 0", "SGLang #35771"),
+    (unguarded_residual, "edge all-zero residual", "probabilities contain NaN"),
+    (uniforms_up_front, "vectors", "the law is exact (enumerated) and passes the chi-square"),
+    (residual_drawn_backwards, "vectors", "the law passes the chi-square"),
+    (global_generator, "randomness", "the same uniforms gave different tokens"),
+    (reseeded, "randomness", "never draws from the rng it is handed"),
+])
+def test_verify_mistakes_outside_the_law(f, check, words):
+    result = timed(exercises.check_verify, f)
+    assert not result and result.check == check and words in result.diagnosis, result
+
+
+@pytest.mark.parametrize("label, wrong", exercises.RESIDUAL_MISTAKES, ids=range(len(exercises.RESIDUAL_MISTAKES)))
+def test_residual_mistakes_are_named(label, wrong):
+    result = timed(exercises.check_residual, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+@pytest.mark.parametrize("label, wrong", exercises.EXPECTED_MISTAKES, ids=range(len(exercises.EXPECTED_MISTAKES)))
+def test_expected_tokens_mistakes_are_named(label, wrong):
+    result = timed(exercises.check_expected_tokens, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def test_expected_tokens_without_the_alpha_one_branch():
+    for f, words in ((lambda a, g: (1 - a ** (g + 1)) / (1 - a), "raised ZeroDivisionError"),
+                     (lambda a, g: np.float64(1 - a ** (g + 1)) / np.float64(1 - a), "returned nan")):
+        result = timed(exercises.check_expected_tokens, f)
+        assert not result and result.check == "alpha = 1" and words in result.diagnosis, result
+        assert "gamma + 1" in result.diagnosis
+
+
+@pytest.mark.parametrize("label, wrong", exercises.BLOCK_MISTAKES, ids=range(len(exercises.BLOCK_MISTAKES)))
+def test_block_weights_mistakes_are_named(label, wrong):
+    result = timed(exercises.check_block_weights, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+    assert "from the target's law in total variation" in result.diagnosis
+
+
+def test_block_weights_without_w0():
+    result = timed(exercises.check_block_weights, lambda x, p, q: solution("block_weights")(x, p, q)[1:])
+    assert not result and "w_0 is missing" in result.diagnosis, result
+
+
+# ---------------------------------------------------------------- broken functions fail cleanly
+
+def raises(*args):
+    raise KeyError("oops")
+
+
+def returns_nan(*args):
+    return np.array([np.nan, np.nan])
+
+
+@pytest.mark.parametrize("name, f, words", [
+    ("verify", raises, "raised KeyError"),
+    ("verify", returns_nan, "NaN"),
+    ("verify", lambda x, p, q, rng: mrs.verify(x, p, q, rng)[None], "shape (1,"),
+    ("verify", lambda x, p, q, rng: mrs.verify(x, p, q, rng).astype(float), "dtype float64"),
+    ("verify", lambda x, p, q, rng: np.array([p.shape[1]]), "outside the vocabulary"),
+    ("verify", lambda x, p, q, rng: np.arange(len(x) + 2), "tokens for K = 2"),
+    ("verify", lambda x, p, q, rng: "tokens", "shape ()"),
+    ("residual", raises, "raised KeyError"),
+    ("residual", lambda p, q: np.full_like(p, np.nan), "NaN"),
+    ("residual", lambda p, q: np.maximum(q - p, 0)[None], "shape (1, 4)"),
+    ("residual", lambda p, q: None, "shape ()"),
+    ("expected_tokens", raises, "raised KeyError"),
+    ("expected_tokens", lambda a, g: float("nan"), "returned nan"),
+    ("expected_tokens", lambda a, g: np.ones(3), "shape (3,)"),
+    ("expected_tokens", lambda a, g: "three", "expected one number"),
+    ("block_weights", raises, "raised KeyError"),
+    ("block_weights", lambda x, p, q: np.full(len(x) + 1, np.nan), "NaN"),
+    ("block_weights", lambda x, p, q: np.ones((len(x) + 1, 1)), "shape (4, 1)"),
+])
+def test_a_broken_function_fails_with_a_clear_message(name, f, words, capsys):
+    result = timed(CHECKS[name], f)
+    lines = capsys.readouterr().out.splitlines()
+    assert not result and words in result.diagnosis, result
+    assert lines[0] == result.verdict and lines[0].startswith("FAIL: ")
+
+
+def test_a_function_that_changes_its_inputs_fails():
+    def in_place(p, q):
+        q -= p
+        np.maximum(q, 0.0, out=q)
+        return q / q.sum() if q.sum() > 0 else q
+    result = timed(exercises.check_residual, in_place)
+    assert not result and "changes its input q in place" in result.diagnosis, result
+
+
+def test_an_endless_loop_fails_within_its_time_limit(monkeypatch):
+    monkeypatch.setattr(exercises, "CALL_LIMIT", 0.5)
+
+    def loops(x_draft, p, q, rng):
+        while True:
+            pass
+    result = timed(exercises.check_verify, loops)
+    assert not result and result.check == "time limit" and result.seconds < 5, result
+
+
+def test_warnings_and_prints_are_held_back(capsys):
+    def noisy(p, q):
+        print("debugging output")
+        return np.maximum(q - p, 0.0) / np.maximum(q - p, 0.0).sum()  # 0 / 0 warns at p == q
+    result = exercises.check_residual(noisy)
+    captured = capsys.readouterr()
+    assert captured.out == result.verdict + "\n" and captured.err == ""
+
+
+# ---------------------------------------------------------------- the gallery
+
+def test_show_mistakes_the_correct_pipeline_passes_and_every_mistake_fails(capsys):
+    start = time.perf_counter()
+    table = exercises.show_mistakes()
+    seconds = time.perf_counter() - start
+    print(f"show_mistakes: {seconds:.2f} s")
+    assert seconds < SLOW_MACHINE_BOUND
+    shown = repr(table).splitlines()
+    assert capsys.readouterr().out.splitlines()[:len(shown)] == shown  # printed once, before the time above
+    rows = {r.name: r for r in table.rows}
+    assert list(rows) == ["correct"] + [m.name for m in exercises.MISTAKES]
+    assert rows["correct"].passed and rows["correct"].diagnosis == ""
+    for m in exercises.MISTAKES:
+        row = rows[m.name]
+        assert not row.passed and row.pvalue < 1e-20, row
+        assert row.diagnosis == f"fits {m.name}", row  # the counts fit that mistake's own exact law
+
+
+def test_gallery_laws_are_exact_and_far_apart():
+    reference = exercises.plain_law()
+    assert sum(reference.values()) == pytest.approx(1.0, abs=1e-12)
+    assert stats.total_variation(exercises.pipeline_law(exercises.CORRECT), reference) < 1e-12  # Theorem 1
+    lams = {}
+    for m in exercises.MISTAKES:
+        law = exercises.pipeline_law(m)
+        assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
+        lams[m.name] = power.noncentrality(law, reference, exercises.N_GALLERY)[0]
+    print({k: round(v) for k, v in lams.items()})
+    assert min(lams.values()) > 250  # the module's comment: the weakest, one_uniform_reused, about 289
+
+
+def test_the_gallery_covers_the_named_mistakes():
+    where = " ".join(m.where for m in exercises.MISTAKES)
+    for cited in ("jaymody/speculative-sampling #3", "transformers #47932", "vLLM #9834", "EAGLE #20", "#36"):
+        assert cited in where
+    assert {m.name for m in exercises.MISTAKES if m.around} == {"argmax_draft", "draft_filter_not_passed",
+                                                                "target_not_warped"}
+    assert all(m.verifier is mrs.verify for m in exercises.MISTAKES if m.around)
+
+
+@pytest.mark.parametrize("m", exercises.MISTAKES, ids=[m.name for m in exercises.MISTAKES])
+def test_each_mistake_in_one_call_fails_check_verify(m):
+    result = timed(exercises.check_verify, m)
+    assert not result, result
+
+
+# ---------------------------------------------------------------- the verdict in a notebook, and no model code
+
+def test_a_cell_ending_with_a_check_shows_its_verdict_once():
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in (
+        "from specref.notebooks import exercises\n"
+        "def expected_tokens(alpha, gamma):\n"
+        "    return gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)",
+        "exercises.check_expected_tokens(expected_tokens)",
+        "result = exercises.check_expected_tokens(expected_tokens)",
+        "result",
+    )]
+    client = NotebookClient(nb, timeout=120, kernel_name="python3", shutdown_kernel="immediate")
+    client.execute(env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+    def shown(cell):
+        texts = [o.get("text", "") for o in cell.outputs if o.output_type == "stream"]
+        texts += [o["data"].get("text/plain", "") for o in cell.outputs if o.output_type == "execute_result"]
+        return "".join(texts).splitlines()
+    for i in (1, 2, 3):
+        lines = shown(nb.cells[i])
+        assert len(lines) == 1 and lines[0].startswith("pass: Eq. 1"), (i, lines)
+
+
+def test_the_module_imports_no_model_code():
+    code = ("import sys, specref.notebooks.exercises; "
+            "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'gguf' "
+            "or m.startswith(('specref.smollm2', 'specref.apps')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+    assert out.strip() == "", f"importing specref.notebooks.exercises imported {out.split()}"
