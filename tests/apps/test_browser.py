@@ -30,7 +30,7 @@ from specref.notebooks import widgets
 from tests.apps import jupyterlab_browser as lab_browser
 
 NOTEBOOKS = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
-            "06_making_a_draft"]
+            "06_making_a_draft", "07_block_verification"]
 ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 150  # seconds for Run All of one notebook in quick mode (the slowest takes about 35 s alone)
 
