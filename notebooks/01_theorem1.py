@@ -62,7 +62,7 @@ q = [F(1, 4), F(1, 4), F(1, 4), F(1, 4)]  # target
 assert sum(p) == 1 and sum(q) == 1
 
 accept_and_keep = [min(pi, qi) for pi, qi in zip(p, q)]       # P(draft x, accept it) = p(x) min(1, q/p) = min(p, q)
-alpha = sum(accept_and_keep)                                   # acceptance rate (Leviathan's alpha)
+beta = sum(accept_and_keep)                                    # P(accept) for this pair of rows (Leviathan's beta)
 over = [max(F(0), pi - qi) for pi, qi in zip(p, q)]            # mass the draft puts too much on
 under = [max(F(0), qi - pi) for pi, qi in zip(p, q)]           # mass the draft puts too little on
 p_reject = sum(pi * (1 - min(F(1), qi / pi)) for pi, qi in zip(p, q) if pi > 0)
@@ -72,10 +72,10 @@ print(f"{'x':>2} {'p':>5} {'q':>5} {'min(p,q)':>9} {'max(0,p-q)':>11} {'max(0,q-
 for row in zip(names, p, q, accept_and_keep, over, under, residual):
     print(f"{row[0]:>2} " + " ".join(f"{str(v):>{w}}" for v, w in zip(row[1:], (5, 5, 9, 11, 11, 7))))
 print("(q-p)+ is the residual: max(0, q - p) normalised to sum to 1")
-print(f"\nalpha = sum min(p, q) = {alpha}")
+print(f"\nbeta = sum min(p, q) = {beta}")
 print(f"P(reject) = sum p(x)(1 - min(1, q/p)) = {p_reject}")
 print(f"          = sum max(0, p - q) = {sum(over)}")
-print(f"          = sum max(0, q - p) = {sum(under)}   (both equal 1 - alpha = {1 - alpha})")
+print(f"          = sum max(0, q - p) = {sum(under)}   (both equal 1 - beta = {1 - beta})")
 
 # %% [markdown]
 # The two ways a token comes out, added up. Note $P(\text{reject}) \cdot (q-p)_+(x) = \max(0, q(x) - p(x))$, because
@@ -94,7 +94,7 @@ print("Theorem 1 holds exactly.")
 # %%
 p64 = np.array([float(v) for v in p])
 q64 = np.array([float(v) for v in q])
-print("acceptance_rate:", mrs.acceptance_rate(p64, q64), " exact:", float(alpha))
+print("acceptance_rate:", mrs.acceptance_rate(p64, q64), " exact:", float(beta))
 print("residual:       ", mrs.residual(p64, q64), " exact:", [float(v) for v in residual])
 print("output_law:     ", mrs.output_law(p64, q64), " = q:", q64)
 assert np.allclose(mrs.output_law(p64, q64), q64, atol=1e-15)
@@ -103,7 +103,7 @@ assert np.allclose(mrs.output_law(p64, q64), q64, atol=1e-15)
 # ## The picture
 #
 # Each bar of height $q(x)$ is made of the green part, $\min(p, q)$ (the draft proposed $x$ and it was kept), and the
-# orange part, $(1 - \alpha)\,(q-p)_+(x)$ (some draft was rejected and $x$ was drawn from the residual). The dashed
+# orange part, $(1 - \beta)\,(q-p)_+(x)$ (some draft was rejected and $x$ was drawn from the residual). The dashed
 # outline is $p$: wherever it sticks out above $q$, that excess is exactly what gets rejected, and the rejected mass
 # is poured into the orange parts.
 
@@ -129,7 +129,7 @@ for x_draft in rng.choice(4, size=n, p=p64):
     accepted += ok
 freq = np.array([counts[i] / n for i in range(4)])
 print("empirical frequencies:", freq.round(4), " q:", q64)
-print(f"empirical acceptance rate {accepted / n:.4f}, alpha = {float(alpha):.4f}")
+print(f"empirical acceptance rate {accepted / n:.4f}, beta = {float(beta):.4f}")
 stat, dof, pval = stats.chi_square_gof(counts, dict(enumerate(q64)))
 print(f"chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
 
@@ -207,3 +207,36 @@ ax.set_ylabel("probability / frequency")
 ax.set_title("Whole-sequence law: SpS vs the target (Chen's letters; V = 3 Markov chains)")
 ax.legend(fontsize=8)
 plt.show()
+
+# %% [markdown]
+# ## Exercise: write `verify`
+#
+# Write Chen's Algorithm 2, lines 9-14, as `my_verify(x_draft, p, q, rng)`: `x_draft` holds $K$ draft tokens, `p`
+# their $K$ draft rows, `q` the target's $K + 1$ rows; return the accepted drafts plus one more token. Draw your
+# uniforms as `specref.mrs` documents (one `rng.random()` per accept test, one per draw, a draw by the inverse CDF:
+# `mrs.sample`), and the grader can replay the portable vectors on it too. One line grades it: vectors, the exact
+# law of one call, and a chi-square; a failure names the mistake it matches. The attempt below forgets the bonus
+# token; notebook 00 holds a correct version, and `solutions/verify.py` another.
+
+# %%
+from specref.notebooks import exercises
+
+
+def my_verify(x_draft, p, q, rng):  # your code here; this attempt has no bonus token
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(x)
+        else:
+            out.append(mrs.sample(np.maximum(q[t] - p[t], 0), rng))
+            break
+    return np.array(out)
+
+
+exercises.check_verify(my_verify)
+
+# %%
+from solutions.verify import verify as solution
+
+exercises.check_verify(solution)
+

@@ -21,7 +21,7 @@
 # draft $P_D = [0.4, 0.3, 0.2, 0.1]$, target $P_T = [0.30, 0.45, 0.10, 0.15]$.
 # In Chen et al.'s letters (used by `specref`): $p = P_D$ is the draft, $q = P_T$ the target.
 #
-# Everything computed here comes from `specref.mrs`; the notebook only prints and plots.
+# First the step itself, written out in NumPy; then the same numbers from `specref.mrs`, the file people copy.
 
 # %%
 from collections import Counter
@@ -52,8 +52,33 @@ print(f"{'token':>5} {'P_D':>5} {'P_T':>5} {'max(0,P_T-P_D)':>15} {'max(0,P_D-P_
 for i, name in enumerate(names):
     print(f"{name:>5} {p[i]:5.2f} {q[i]:5.2f} {max(0, q[i] - p[i]):15.2f} {max(0, p[i] - q[i]):15.2f} "
           f"{res[i]:11.2f} {min(1, q[i] / p[i]):12.2f}")
-alpha = mrs.acceptance_rate(p, q)
-print(f"\nalpha = sum min(P_D, P_T) = {alpha:.2f}: a drafted token is kept 80% of the time")
+beta = mrs.acceptance_rate(p, q)  # P(accept) for this pair of rows: Leviathan's beta (his alpha averages it)
+print(f"\nbeta = sum min(P_D, P_T) = {beta:.2f}: a drafted token is kept 80% of the time")
+
+# %% [markdown]
+# ## The step, in NumPy
+#
+# Modified rejection sampling of one draft token is two short functions (Chen's Algorithm 2, lines 10-12): the
+# residual, and the accept-or-resample step. `specref.mrs.residual` and `specref.mrs.mrs` compute the same (a test
+# keeps them equal), with input checks around them.
+
+# %%
+def residual(p, q):  # [V], [V] -> [V]: (q - p)_+ = max(0, q - p), normalised
+    excess = np.maximum(q - p, 0.0)
+    total = excess.sum()
+    return excess / total if total > 0 else q  # p == q: nothing to resample, and never needed (always accepted)
+
+
+def accept_or_resample(x, p, q, rng):  # a draft token x ~ p -> (a token ~ q, whether x was kept)
+    if rng.random() < q[x] / p[x]:  # line 11: keep x with probability min(1, q(x) / p(x)); strict <
+        return x, True
+    return mrs.sample(residual(p, q), rng), False  # line 12: else draw from the residual
+
+
+print("residual:", residual(p, q), "  mrs.residual:", mrs.residual(p, q))
+rng = np.random.default_rng(0)
+print("ten draft tokens from p, each accepted or resampled:",
+      [accept_or_resample(mrs.sample(p, rng), p, q, rng) for _ in range(10)])
 
 # %% [markdown]
 # ## Case 1: the draft proposes a token it **over**-proposes ($P_D(t) > P_T(t)$): `t1`
@@ -86,7 +111,7 @@ print("anything else:", {k: v for k, v in out.items() if k not in {(0, True), (1
 out2 = Counter(mrs.mrs(1, p, q, rng) for _ in range(n))
 print("draft t2 ->", {f"{names[k[0]]}, accepted={k[1]}": v / n for k, v in out2.items()})
 via_draft = np.minimum(p, q)                 # drafted and kept
-via_residual = (1 - alpha) * res             # rejected somewhere, then drawn from the residual
+via_residual = (1 - beta) * res              # rejected somewhere, then drawn from the residual
 for i, name in enumerate(names):
     print(f"P({name}) = {via_draft[i]:.2f} (kept) + {via_residual[i]:.2f} (from rejections) = "
           f"{via_draft[i] + via_residual[i]:.2f}   P_T = {q[i]:.2f}")
@@ -102,7 +127,7 @@ freq = np.array([counts[i] / n for i in range(4)])
 acc = np.mean([a for _, a in results])
 stat, dof, pval = stats.chi_square_gof(counts, dict(enumerate(q)))
 print("frequencies:", freq.round(4), "  P_T:", q, "  P_D:", p)
-print(f"acceptance {acc:.4f} (alpha {alpha:.2f}); chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
+print(f"acceptance {acc:.4f} (beta {beta:.2f}); chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
 
 x = np.arange(4)
 fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -153,3 +178,37 @@ for x_draft in ([1, 0], [1, 2], [3, 0]):
     b = mrs.verify_greedy(x_draft, q_rows)
     print(f"draft {[names[i] for i in x_draft]} -> verify {[names[i] for i in a]}, verify_greedy {[names[i] for i in b]}")
     assert a.tolist() == b.tolist()
+
+# %% [markdown]
+# ## Exercise: the residual
+#
+# Write `my_residual(p, q)`: the distribution drawn from after a rejection. One line grades it with the suite's own
+# proofs (exact law, chi-square, the edge cases p == q and disjoint supports) and names the mistake a failure
+# matches. The attempt below draws from q itself, which gives again the mass that acceptances already gave (look at
+# case 1: `t1` would come out too often). Fix it and run the cell again. A solution is in `solutions/residual.py`.
+
+# %%
+from specref.notebooks import exercises
+
+
+def my_residual(p, q):  # your code here; this attempt resamples from q
+    return q / q.sum()
+
+
+exercises.check_residual(my_residual)
+
+# %%
+from solutions.residual import residual as solution
+
+exercises.check_residual(solution)
+
+# %% [markdown]
+# ## The mistakes people actually make
+#
+# Each row is a way speculative sampling has been got wrong in public code, run through the same chi-square against
+# the target's exact law that the correct code passes. Every one fails, and the diagnosis printed is the checker's
+# (`specref.notebooks.exercises.show_mistakes`; the code of each is in `specref/notebooks/exercises.py`).
+
+# %%
+exercises.show_mistakes()
+

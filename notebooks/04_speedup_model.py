@@ -21,13 +21,15 @@
 #
 # | symbol | meaning |
 # |---|---|
-# | $\alpha$ | acceptance rate, $E[\beta] = \sum_x \min(p(x), q(x))$ (Def. 3.1, Thm 3.5) |
+# | $\beta$ | acceptance probability at one prefix: $\beta = \sum_x \min(p(x), q(x))$ for that prefix's two rows (Def. 3.1, Thm 3.5) |
+# | $\alpha$ | acceptance rate: $\alpha = E[\beta]$, the average of $\beta$ over the prefixes met (Def. 3.2) |
 # | $\gamma$ | draft tokens per target call (Chen's $K$) |
 # | $c$ | time of one draft step / time of one target decode step (Def. 3.7) |
 # | $\hat c$ | arithmetic operations per token, draft / target (Def. 3.10) |
 #
-# The formulas, all under Leviathan's assumption that each draft token is accepted independently with probability
-# $\alpha$:
+# `mrs.acceptance_rate(p, q)` computes $\beta$ for one pair of rows; a run's $\alpha$ averages it over the prefixes
+# it meets. The formulas, all under Leviathan's simplifying assumption that the $\beta$s are i.i.d. with mean
+# $\alpha$ (each draft token accepted independently with probability $\alpha$):
 #
 # * Eq. 1, tokens per target call: $\dfrac{1 - \alpha^{\gamma+1}}{1 - \alpha}$
 # * Thm 3.8, walltime improvement: $\dfrac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1)}$
@@ -67,6 +69,29 @@ print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the 
 # %%
 panel = widgets.interactive_speedup(alpha=0.7, gamma=4, c=0.05, c_hat=0.05, score_slope=0.25)
 display(panel)
+
+# %% [markdown]
+# **What the sliders do**, drawn once for readers without a live kernel: each panel moves one slider from the
+# setting above ($\alpha = 0.7$, $c = 0.05$, `score_slope` 0.25) and draws the walltime improvement against $\gamma$
+# (Thm 3.8 with the scoring cost; stars: the best $\gamma$ of each curve).
+
+# %%
+gammas = np.arange(1, 17)
+moves = [("alpha", (0.5, 0.7, 0.9)), ("c", (0.0, 0.05, 0.2)), ("score_slope", (0.0, 0.25, 0.6))]
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6), sharey=True, layout="constrained")
+for ax, (name, values) in zip(axes, moves):
+    for v in values:
+        setting = {"alpha": 0.7, "c": 0.05, "score_slope": 0.25} | {name: v}
+        cost = widgets.score_cost(gammas, setting["score_slope"])
+        y = speedup.walltime_improvement_measured(setting["alpha"], gammas, setting["c"], cost)
+        line, = ax.plot(gammas, y, "o-", ms=3, label=f"{name} = {v}")
+        ax.plot(gammas[np.argmax(y)], y.max(), "*", ms=12, color=line.get_color())
+    ax.axhline(1, color="gray", ls="--", lw=1)
+    ax.set_title(f"moving {name}", fontsize=10)
+    ax.set_xlabel("gamma (draft tokens per call)")
+    ax.legend(fontsize=8)
+axes[0].set_ylabel("walltime improvement over ArS (x)")
+plt.show()
 
 # %% [markdown]
 # The same numbers without sliders, for a few settings:
@@ -144,8 +169,9 @@ print(f"checked: gamma = 1 meets the bound exactly and the optimal gamma never f
 # Eq. 1 counts tokens per target call when every draft token is accepted independently with probability
 # $\alpha$. `plots.constant_pair(alpha)` builds a draft and a target whose rows never change and overlap by exactly
 # $\alpha$ (so the assumption holds), and real SpS loops (`specref.sampling.speculative_sampling`) are counted.
-# With a real language model the acceptances are **not** iid (easy stretches and hard ones), which is one reason
-# measured speedups drift from Thm 3.8 (Leviathan A.3); notebook 05 compares on SmolLM2.
+# With a real language model the acceptances are **not** i.i.d.: $\beta$ varies from prefix to prefix (easy
+# stretches and hard ones), which is one reason measured speedups drift from Thm 3.8, in either direction
+# (Leviathan A.3); notebooks 05 and 06 compare on SmolLM2.
 
 # %%
 loops = 300 if QUICK else 4000
@@ -157,3 +183,28 @@ for (a, g), (m, se) in sorted(sim.items()):
 fig, ax = plt.subplots(figsize=(6, 4))
 plots.plot_expected_tokens(ax, gammas, sim)
 plt.show()
+
+# %% [markdown]
+# ## Exercise: write Eq. 1 yourself
+#
+# Write `expected_tokens(alpha, gamma)`: the expected number of tokens one target call produces when each of the
+# $\gamma$ drafts is accepted independently with probability $\alpha$ (the accepted prefix, plus the one token
+# every call adds). Hint: the call yields at least $i + 1$ tokens iff the first $i$ drafts are all accepted. Mind
+# $\alpha = 1$. One line grades it against `specref.speedup` and the simulation above; the attempt below is a
+# common wrong one, so its verdict shows what a failure looks like. A solution is in `solutions/expected_tokens.py`.
+
+# %%
+from specref.notebooks import exercises
+
+
+def expected_tokens(alpha, gamma):  # your code here; this attempt forgets the token every call adds
+    return sum(alpha ** i for i in range(1, gamma + 1))
+
+
+exercises.check_expected_tokens(expected_tokens)
+
+# %%
+from solutions.expected_tokens import expected_tokens as solution
+
+exercises.check_expected_tokens(solution)
+

@@ -47,7 +47,7 @@ says so.
 The other three exercises answer with numbers, which are compared with exact fractions (to TOL) before anything
 statistical runs:
 - `check_residual`: norm(max(0, q - p)) on eight cases (overlapping rows, q(x) = 0, one-hot p and q, disjoint
-  supports, p == q, p and q one rounding apart, V = 50257), saying what Theorem 1's law min(p, q) + (1 - alpha) r
+  supports, p == q, p and q one rounding apart, V = 50257), saying what Theorem 1's law min(p, q) + (1 - beta) r
   becomes with a wrong r; then Theorem 1 by simulation: N_CALLS tokens of one MRS step (x ~ p, kept with
   probability min(1, q/p), else drawn from the answer's residual) on Dirichlet rows over V = 6, by
   `stats.chi_square_gof` against q at stats.LEVEL = 1e-3, seed SEED;
@@ -782,10 +782,10 @@ def check_residual(f: Callable) -> Result:
                 shown = f"{_row(r)}, expected {_row(want)}" if len(r) < 10 else \
                     f"{np.abs(r - want).max():.3g} from the answer at most"
                 problem = f"returned {shown}"
-                alpha = float(np.minimum(p, q).sum())
-                law = np.minimum(p, q) + (1 - alpha) * np.where(np.isfinite(r), r, 0.0)
-                if alpha < 1 and len(r) < 10:
-                    problem += f"; Theorem 1's law min(p, q) + (1 - alpha) r is then {_row(law)}, not q = {_row(q)}"
+                beta = float(np.minimum(p, q).sum())  # the acceptance probability for this pair of rows
+                law = np.minimum(p, q) + (1 - beta) * np.where(np.isfinite(r), r, 0.0)
+                if beta < 1 and len(r) < 10:
+                    problem += f"; Theorem 1's law min(p, q) + (1 - beta) r is then {_row(law)}, not q = {_row(q)}"
             if problem:
                 upto = named[:[c[0] for c in named].index(name) + 1]
                 timed = functools.partial(limits.call, f)  # a call that loops ends the check, as above

@@ -166,7 +166,7 @@ def test_opening_and_saving_in_jupyter_rewrites_nothing(tmp_path):
     shutil.copytree(NOTEBOOKS_DIR, copy, ignore=shutil.ignore_patterns(".ipynb_checkpoints", "__pycache__"))
     def files():  # the .py header records the jupytext version that wrote it: another version rewrites that line
         return {p.name: re.sub(rb"(?m)^#\s+jupytext_version: .*$", b"", p.read_bytes())
-                for p in copy.iterdir() if p.name != ".ipynb_checkpoints"}
+                for p in copy.iterdir() if p.is_file()}
 
     before = files()
     manager = contents.TextFileContentsManager(root_dir=str(copy))
@@ -183,7 +183,7 @@ def test_opening_and_saving_in_jupyter_rewrites_nothing(tmp_path):
 @pytest.fixture
 def pair_copy(tmp_path):
     """A copy of notebook 02's pair in a temporary directory."""
-    py, ipynb = PAIRS[1]
+    py, ipynb = PAIRS[EXPECTED.index("02_toy_mrs")]
     shutil.copy(py, tmp_path / py.name)
     shutil.copy(ipynb, tmp_path / ipynb.name)
     shutil.copy(NOTEBOOKS_DIR / "jupytext.toml", tmp_path / "jupytext.toml")
@@ -250,6 +250,7 @@ def test_negative_control_missing_pair(pair_copy):
     assert unpaired(py.parent) == []
     py.unlink()
     assert unpaired(ipynb.parent) == [f"{ipynb.parent.name}/02_toy_mrs.ipynb has no 02_toy_mrs.py"]
-    shutil.copy(PAIRS[0][0], py.parent / PAIRS[0][0].name)
+    other = PAIRS[EXPECTED.index("01_theorem1")][0]
+    shutil.copy(other, py.parent / other.name)
     assert unpaired(py.parent) == [f"{ipynb.parent.name}/02_toy_mrs.ipynb has no 02_toy_mrs.py",
                                    f"{ipynb.parent.name}/01_theorem1.py has no 01_theorem1.ipynb"]
