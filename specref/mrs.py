@@ -175,10 +175,10 @@ def _check_verify_inputs(x_draft, p, q) -> tuple[np.ndarray, np.ndarray, np.ndar
 # ---------------------------------------------------------------- the laws
 
 def acceptance_rate(p: np.ndarray, q: np.ndarray) -> float | np.ndarray:  # [V], [V] -> scalar (or [..., V] -> [...])
-    """beta = sum_x min(p(x), q(x)) = 1 - total variation distance: the probability that a draft token
-    from this row is accepted (Leviathan Def. 3.1, Thm 3.5).  Leviathan's acceptance rate alpha is the
-    average of beta over the prefixes a run meets (Def. 3.2); pass the rows of those prefixes stacked
-    and average the result.
+    """beta = sum_x min(p(x), q(x)) = 1 - TV(p, q): the probability that a draft token from p is accepted (Leviathan Def. 3.1, Thm 3.5).
+
+    Leviathan's acceptance rate alpha is the average of beta over the prefixes a run meets
+    (Def. 3.2): pass the rows of those prefixes stacked and average the result.
 
     Requires: p and q distributions of the same shape [V] or stacked [..., V] (one beta per row).
     """
