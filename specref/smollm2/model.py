@@ -7,6 +7,11 @@ reuses the cache for the longest prefix it shares with the tokens already proces
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
 positions, so one speculative-sampling iteration costs one incremental forward pass.
 
+A tree of drafted tokens is scored in one pass too: `m.score_tree(tokens, tree_tokens, parents)`
+runs every node at once under `tree_mask` (each node sees the prefix and its own root-to-node
+path) at the position prefix + depth, and `m.keep_path(nodes)` then keeps the accepted path in
+the cache by moving it into place, without recomputing it.
+
 What runs is what you read: every product with a weight matrix is `linear` (x @ w on the weights'
 [d_in, d_out] layout) and the feed-forward is `swiglu`, as written below.  One switch, `fast`,
 hands both to an optional fast path instead (`specref.fast`: the same products, multiplied the way
@@ -20,7 +25,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref.protocol import check_tokens
+from specref.protocol import check_tokens, check_tree
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
@@ -78,8 +83,33 @@ def causal_mask(n):  # -> float32 [n, n], read-only
     return mask
 
 
-def attention(q, k_t, v, start):  # [n, H, hd], [Hkv, hd, T], [Hkv, T, hd], int -> [n, H * hd]
-    """Causal grouped-query attention of n new queries at positions start.. over T = start + n cached keys.
+def tree_mask(parents):  # [N] -> float32 [N, N]
+    """0 where node i may see node j (j is i or one of its ancestors), -inf elsewhere: added to the
+    scores of a tree's N nodes against their own N keys.  parents[i] is -1 for a child of the root
+    (the last cached position, which every node sees), else j < i.  A chain [-1, 0, 1, ...] gives
+    `causal_mask`."""
+    on_path = np.eye(len(parents), dtype=bool)                # [N, N]: on_path[i, j] = j is i or an ancestor of i
+    for i, j in enumerate(parents):
+        if j >= 0:
+            on_path[i] |= on_path[j]                           # j < i: node j's row is already complete
+    return np.where(on_path, np.float32(0), np.float32(-np.inf))
+
+
+def tree_depths(parents):  # [N] -> int64 [N]
+    """Depth of each node below the root: 0 for a child of the root.  Node i's RoPE position is
+    (number of cached positions) + depth, the position it would have in the chain of its path."""
+    depth = np.zeros(len(parents), np.int64)                  # [N]
+    for i, j in enumerate(parents):
+        depth[i] = 0 if j < 0 else depth[j] + 1
+    return depth
+
+
+def attention(q, k_t, v, mask):  # [n, H, hd], [Hkv, hd, T], [Hkv, T, hd], [n, n] or None -> [n, H * hd]
+    """Grouped-query attention of n new queries over T cached keys, the last n of them the queries' own.
+
+    mask is added to the scores against those last n keys: `causal_mask(n)` for a chain,
+    `tree_mask(parents)` for a tree, None for a single query (it sees every key).  The keys
+    before them (the prefix) are seen by every query.
 
     The H query heads form Hkv groups of H / Hkv heads that share one key/value head; reshaping
     the queries into those groups lets one batched matmul serve every group without copying the
@@ -95,8 +125,8 @@ def attention(q, k_t, v, start):  # [n, H, hd], [Hkv, hd, T], [Hkv, T, hd], int 
     qg = q.reshape(n, Hkv, g, hd).transpose(1, 2, 0, 3).reshape(Hkv, g * n, hd)  # [Hkv, g*n, hd], a copy
     qg *= np.float32(1.0 / np.sqrt(hd))
     scores = (qg @ k_t).reshape(Hkv, g, n, T)                                      # [Hkv, g, n, T]
-    if n > 1:                                                  # a single query sees every key; query i
-        scores[..., start:] += causal_mask(n)                  # (at start + i) must not see the keys after it
+    if mask is not None:                                       # -inf on the new keys query i may not see: a
+        scores[..., T - n:] += mask                            # chain's later tokens, a tree's other branches
     weights = softmax(scores).reshape(Hkv, g * n, T)                               # [Hkv, g*n, T]
     out = (weights @ v).reshape(Hkv, g, n, hd)                                     # [Hkv, g, n, hd]
     return out.transpose(2, 0, 1, 3).reshape(n, H * hd)                            # [n, H*hd]
@@ -127,7 +157,8 @@ class KVCache:
     them the cache keeps, per position, the token id it was computed from (`tokens`, so a caller
     can find the longest prefix it shares with a new input) and the final normed hidden state
     (`h`, so logits of cached positions need only the head).  Capacity doubles when needed, up to
-    the context length.  `rollback(n)` forgets the last n positions.
+    the context length.  `rollback(n)` forgets the last n positions; `keep(positions)` moves
+    positions computed beyond `length` (a tree's accepted path) into place after it.
     """
 
     def __init__(self, config: Config, capacity: int = 256):
@@ -161,6 +192,22 @@ class KVCache:
             raise ValueError(f"cannot roll back {n} positions of a cache holding {self.length}")
         self.length -= n
 
+    def keep(self, positions) -> None:  # [m] -> None
+        """Move the positions `positions` (increasing, each at or beyond `length`) to length..length+m
+        and advance `length` past them: their keys, values, token ids and final states are copied,
+        not recomputed.  What lies beyond `length` was written by the last `append`s and stays
+        until the next ones (or until the cache grows: `reserve` copies positions < `length` only)."""
+        p = np.asarray(positions, np.int64)                    # [m]
+        if p.ndim != 1 or (p.size and (p[0] < self.length or p[-1] >= self.capacity or (np.diff(p) <= 0).any())):
+            raise ValueError(f"cannot keep positions {p.tolist()}: they must increase, from at least the "
+                             f"length {self.length} to below the capacity {self.capacity}")
+        end = self.length + p.size
+        for k, v in zip(self.k, self.v):                       # a fancy index reads a copy, then it is written
+            k[:, :, self.length:end] = k[:, :, p]              # [Hkv, hd, m]
+            v[:, self.length:end] = v[:, p]                    # [Hkv, m, hd]
+        self.tokens[self.length:end], self.h[self.length:end] = self.tokens[p], self.h[p]
+        self.length = end
+
     def shared_prefix(self, tokens) -> int:  # [n] -> int
         """Length of the longest common prefix of `tokens` and the cached token ids."""
         m = min(self.length, len(tokens))
@@ -182,9 +229,11 @@ class KVCache:
         self.length = end
 
 
-def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, mm=linear,
-          ffn=swiglu):  # [n, d], ..., [n, hd/2] -> [n, d]
+def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, mask, config: Config, mm=linear,
+          ffn=swiglu):  # [n, d], ..., [n, hd/2], [n, n] or None -> [n, d]
     """One transformer block on n new positions: pre-norm attention and SwiGLU, each with a residual.
+
+    rot holds the new positions' rotations and mask what they may see of each other (`attention`).
 
     mm(x, W) multiplies by a weight matrix and ffn(x, W_gate_up, W_down) is the feed-forward:
     `linear` and `swiglu` unless a fast path is switched on (`SmolLM2`).
@@ -197,21 +246,31 @@ def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, config: Config, m
     v = qkv[:, c.q_dim + c.kv_dim:].reshape(n, c.n_kv_heads, c.head_dim)    # [n, Hkv, hd]
     q, k = rope(q, rot), rope(k, rot)
     k_all, v_all = cache.append(i, k, v)                                    # [Hkv, hd, T], [Hkv, T, hd]
-    x = x + mm(attention(q, k_all, v_all, cache.length), layer.w_o)
+    x = x + mm(attention(q, k_all, v_all, mask), layer.w_o)
     return x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
 
 
-def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear,
-            ffn=swiglu):  # [n], ..., [ctx, hd/2] -> None (fills the cache)
-    """Run n new tokens at positions cache.length.. through every block; cache their keys, values and final states."""
+def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear, ffn=swiglu,
+            parents=None):  # [n], ..., [ctx, hd/2], [n] or None -> None (fills the cache)
+    """Run n new tokens after the cached positions through every block; cache their keys, values and final states.
+
+    parents None: a chain, token i at position start + i seeing the tokens up to it.  Otherwise the
+    tokens are a tree's nodes (`tree_mask`): node i at position start + its depth, seeing the
+    cached prefix and its own root-to-node path.
+    """
     c = weights.config
     n = len(tokens)
     start = cache.length
     cache.reserve(start + n)
+    if parents is None:
+        rot_n = rot[start:start + n]                           # [n, hd/2]
+        mask = causal_mask(n) if n > 1 else None               # [n, n]
+    else:
+        rot_n = rot[start + tree_depths(parents)]              # [n, hd/2]
+        mask = tree_mask(parents)                              # [n, n]
     x = weights.embed(tokens)                                  # [n, d]
-    rot_n = rot[start:start + n]                               # [n, hd/2]
     for i, layer in enumerate(weights.layers):
-        x = block(x, layer, cache, i, rot_n, c, mm, ffn)
+        x = block(x, layer, cache, i, rot_n, mask, c, mm, ffn)
     cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
 
 
@@ -238,6 +297,7 @@ class SmolLM2:
         self.cache = KVCache(self.config)
         self.rot = rope_rotations(self.config.context_length, self.config.head_dim,
                                   self.config.rope_base)                         # [ctx, hd/2]
+        self.tree = None            # (start, parents) of the tree scored last, until keep_path or another call
 
     def _check(self, tokens, k) -> np.ndarray:
         """Validate tokens (non-empty 1-D ids in range, within the context) and k (1..n)."""
@@ -252,6 +312,7 @@ class SmolLM2:
     def final_states(self, tokens, k: int = 1):  # [n], int -> [k, d]
         """Final hidden states of the last k positions, computing only positions not already cached."""
         a = self._check(tokens, k)
+        self.tree = None                                        # any call overwrites what lies beyond the cache's length
         shared = self.cache.shared_prefix(a)
         self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
         if shared < len(a):
@@ -274,8 +335,67 @@ class SmolLM2:
         """Next-token distributions for every position."""
         return self.next_probs(tokens, len(tokens))
 
+    def tree_logits(self, tokens, tree_tokens, parents) -> np.ndarray:  # [n], [N], [N] -> float32 [N+1, V]
+        """Logits at the root and after every node of a tree of drafted tokens, in one forward pass.
+
+        The tree: tree_tokens [N] in topological order (a parent before its children) and parents [N],
+        -1 for a child of the root (the root is tokens[-1]), else the index j < i of node i's parent.
+        Row 0 is the row after tokens (next_logits(tokens)); row i+1 the row after node i given tokens
+        and node i's root-to-node path (the last row of next_logits(tokens + path)).  The prefix
+        reuses the cache like every call.  The tree's positions are then left just beyond the cache's
+        length, where attention never reads, until `keep_path` keeps the accepted path or the next
+        call writes over them.
+        """
+        a = self._check(tokens, 1)
+        t, par = check_tree(tree_tokens, parents, self.config.vocab_size)
+        if a.size + t.size > self.config.context_length:
+            raise ValueError(f"{a.size} tokens and a tree of {t.size} nodes exceed the model's context of "
+                             f"{self.config.context_length}")
+        self.final_states(a, 1)                                 # the prefix: computed where the cache differs
+        start = self.cache.length
+        forward(t, self.weights, self.cache, self.rot, self.linear, self.feed_forward, parents=par)
+        h = self.cache.h[start - 1:start + t.size]              # [N+1, d]: the root's final state, then each node's
+        logits = self.linear(h, self.weights.head)              # [N+1, V]
+        self.cache.rollback(t.size)                             # the tree waits beyond the length for keep_path
+        self.tree = (start, par)
+        return logits
+
+    def score_tree(self, tokens, tree_tokens, parents) -> np.ndarray:  # [n], [N], [N] -> float64 [N+1, V]
+        """The target's rows for a tree of drafted tokens (`tree_logits`); softmax in float64."""
+        return softmax(self.tree_logits(tokens, tree_tokens, parents), np.float64)
+
+    def keep_path(self, nodes) -> None:  # [m] -> None
+        """Keep the accepted root-to-node path of the tree scored last in the cache; drop the rest of the tree.
+
+        nodes: the path's node indices, from a child of the root down (empty keeps the prefix alone).
+        The cache then holds tokens + the path's tokens, as if next_probs had scored that chain, so
+        the next call computes only what follows them.
+        """
+        if self.tree is None:
+            raise ValueError("no tree to keep a path of: keep_path must follow score_tree or tree_logits, "
+                             "with no other call of the model in between")
+        start, parents = self.tree
+        path = np.asarray(nodes)
+        if path.ndim != 1 or (path.size and not np.issubdtype(path.dtype, np.integer)):
+            raise ValueError(f"nodes must be a 1-D sequence of node indices, got {nodes!r}")
+        path_list = path.tolist()
+        for d, i in enumerate(path_list):
+            above = path_list[d - 1] if d else -1
+            if not 0 <= i < len(parents):
+                raise ValueError(f"node {i} is out of range: the tree has {len(parents)} nodes")
+            if parents[i] != above:
+                raise ValueError(f"nodes {path_list} are not a path from the root: node {i}'s parent is "
+                                 f"{int(parents[i])}, not {above}")
+        # Compaction, not recomputation.  Node path[d] is at depth d, so its keys were rotated for
+        # position start + d (`tree_depths`): the very slot it moves to, so RoPE stays valid.  It
+        # attended to the prefix and path[:d], exactly what precedes it there.  Its keys, values and
+        # final state are therefore those of the chain tokens + path (to float32 rounding).
+        self.cache.keep(start + path.astype(np.int64))
+        self.tree = None
+
     def reset(self) -> None:
         """Empty the cache."""
+        self.tree = None
         self.cache.rollback(self.cache.length)
 
 
