@@ -13,7 +13,9 @@ sampling of the same models (see `specref.proof.pipeline`).  Every check is prin
 finishes: pass/FAIL, p-value, level, samples, and a diagnosis where a failure matches a known
 bug.  Each call has a time limit (--call-limit) and so has the run (--time-limit): a verdict
 comes within them whatever the code under test does.  Exit status 0 if every check passed, 1 if
-any failed, 2 for a bad option (one line saying what was wrong).
+any failed, 3 if none failed but some check tested nothing (INCOMPLETE: a pipeline sample too
+small for its chi-square, or ids not range-checked for want of --vocabulary), 2 for a bad option
+(one line saying what was wrong).
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--samples", type=options.integer(1), default=None, metavar="N",
                         help=f"with --pipeline: sequences from each (default {pipeline.SAMPLES})")
     parser.add_argument("--vocabulary", type=options.integer(1), default=None, metavar="V",
-                        help="with --pipeline: token ids must be in [0, V)")
+                        help="with --pipeline: token ids must be in [0, V) (without it ids are not range-checked, "
+                             "and ids GENERATE returns beyond every id PLAIN returned make the run INCOMPLETE)")
     parser.add_argument("--call-limit", type=options.real(0.0, low_open=True), default=None, metavar="SECONDS",
                         help=f"time limit of one call (default {conform.CALL_LIMIT:g} s for a verifier, "
                              f"{pipeline.CALL_LIMIT:g} s for a pipeline call)")
@@ -159,11 +162,13 @@ def run_pipeline(args) -> int:
     verdict = report.verdict()
     print(f"{verdict} in {report.seconds:.1f} s; one chi-square check at {conform.FAMILY_LEVEL:g}: "
           f"a correct pipeline fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+    if report.untested:
+        print(report.untested_line())
     if report.diagnosis:
         print(f"diagnosis: {report.diagnosis}")
     if args.json:
         write_text(args.json, json.dumps(report.to_json(), indent=1) + "\n")
-    return 0 if report.passed else 1
+    return report.status()
 
 
 def run(args) -> int:
@@ -181,6 +186,8 @@ def run(args) -> int:
     m = sum(1 for c in report.checks if c.level is not None)
     print(f"{verdict} in {report.seconds:.0f} s; {m} chi-square checks at {conform.FAMILY_LEVEL:g} / {m} each: "
           f"a correct verifier fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+    if report.untested:
+        print(report.untested_line())
     if report.diagnosis:
         print(f"diagnosis: {report.diagnosis}")
     coverage = report.coverage()
@@ -188,4 +195,4 @@ def run(args) -> int:
         print(coverage)
     if args.json:
         write_text(args.json, json.dumps(report.to_json(), indent=1) + "\n")
-    return 0 if report.passed else 1
+    return report.status()

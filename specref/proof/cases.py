@@ -1,7 +1,7 @@
 """The conformance checker's one-call cases: the rows a verifier is called with, and the correct law of each call.
 
-`conform` runs its one-call chi-square checks on these cases and `power` computes, from the same
-cases, what those checks can see.
+`conform` runs its one-call chi-square checks on these cases (and its sequence checks with the sizes
+below) and `power` computes, from the same cases, what those checks can see.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from specref.proof import stats
 # Samples per one-call check and per large-vocabulary check.
 N_CALLS = 20_000
 N_LARGE_V = 3_000
+# The whole-sequence checks: runs of `speculative_sampling` per check, and its K, on stats.markov_pair().
+N_SEQUENCES = 6_000
+SEQ_K = (2, 3)
 # The large vocabulary (GPT-2's 50257): the law is checked on tokens spread across it.
 LARGE_V = 50_257
 # The exact law of one call of a correct verifier, per algorithm.

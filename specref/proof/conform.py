@@ -32,6 +32,12 @@ fails a whole run with probability at most 1e-3 for a random seed.  The other ch
 correct verifier.  The seed is fixed (default 0), so a run is reproducible;
 `python3 -m tools.conform_false_alarm` measures the rate over fresh seeds.
 
+Too few samples: a run with `scale` below 1 pools more outcomes into one bin.  A chi-square check
+that found nothing wrong but whose bins leave no degree of freedom, or that sees fewer than half
+of the known bugs it sees at its default size (`power.counts_as_test`), is reported as not tested,
+with the samples from which it counts as a test; the run is then INCOMPLETE (`report.passed` is
+false, the command's exit status 3), never a pass, and the coverage line leaves the check out.
+
 Diagnosis: when a one-call check fails, its counts are compared with the exact laws of known bugs
 (`SIGNATURES`: the `broken.Bug`s of `specref.proof.broken` and `lossy.LOSSY`, and the other
 algorithm).  The bug under which the counts are most likely names the failure if it is more likely
@@ -54,9 +60,10 @@ import numpy as np
 
 from specref import mrs, sampling
 from specref.proof import broken, lossy, pipeline, power, shipped, stats, vectors
-from specref.proof.cases import CORRECT, LARGE_V, N_CALLS, N_LARGE_V, Case, accepted_count_case, cases  # noqa: F401
+from specref.proof.cases import (CORRECT, LARGE_V, N_CALLS, N_LARGE_V, N_SEQUENCES, SEQ_K, Case,  # noqa: F401
+                                 accepted_count_case, cases)
 from specref.proof.cases import count_marginal as _count_marginal
-from specref.proof.verdict import Check, ContractViolation, Limits, Stop, TimeLimit, Verdict  # noqa: F401
+from specref.proof.verdict import Check, ContractViolation, Limits, Stop, TimeLimit, Verdict, not_tested  # noqa: F401
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).
 FAMILY_LEVEL = stats.LEVEL
@@ -66,8 +73,6 @@ LOG_MARGIN = float(np.log(1e6))
 FIT_LEVEL = 1e-6
 # Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
 FLOOR = 1e-12
-# Runs per whole-sequence check (the one-call checks' samples are in specref.proof.cases).
-N_SEQUENCES = 6_000
 ALGORITHMS = ("token", "block")
 # Time limits: a verdict within a stated time whatever the verifier does.  Each call of the verifier may
 # take CALL_LIMIT seconds and a whole run RUN_LIMIT seconds (`check`'s call_limit and time_limit); a call
@@ -166,7 +171,6 @@ def total_variation(counts: Counter, law: dict) -> float:
 
 # Whole sequences: the suite's Markov-chain target and draft (stats.markov_pair), K = 2 and 3.
 SEQ_V, SEQ_N, SEQ_PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
-SEQ_K = (2, 3)
 
 
 # ---------------------------------------------------------------- the report
@@ -181,6 +185,7 @@ class Report(Verdict):
     checks: list[Check] = field(default_factory=list)
     seconds: float = 0.0
     diagnosis: str = ""
+    scale: float = 1.0  # the run's factor on every statistical check's default samples
 
     def text(self) -> str:
         m = sum(1 for c in self.checks if c.level is not None)
@@ -190,6 +195,8 @@ class Report(Verdict):
                 f"with probability at most {FAMILY_LEVEL:g}; the other checks never fail a correct verifier"]
         lines = head + [c.line() for c in self.checks]
         lines.append(f"{self.verdict()} in {self.seconds:.0f} s")
+        if self.untested:
+            lines.append(self.untested_line())
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
         coverage = self.coverage()
@@ -199,21 +206,41 @@ class Report(Verdict):
 
     __str__ = text
 
+    def untested_line(self) -> str:
+        """Which checks tested nothing at this run's sizes, and the scale at which all of them would."""
+        names = ", ".join(c.name for c in self.untested)
+        scales = [c.needs / c.samples * self.scale for c in self.untested if c.needs and c.samples]
+        if not scales or np.isinf(max(scales)):
+            return f"not tested at these sample sizes: {names}"
+        they = "all of them count" if len(self.untested) > 1 else "it counts"
+        return f"not tested at these sample sizes: {names}; {they} as tests from scale {_round_up(max(scales))} " \
+               f"(this run: {self.scale:g})"
+
     def coverage(self) -> str:
         """Which bugs that shipped (specref.proof.shipped) a run of these sample sizes catches with at least 95% power:
-        the edge cases when the exact tier ran, the others by `power.run_power` from exact laws (sequences left out)."""
+        the edge cases when the exact tier ran, the others by `power.run_power` from exact laws (sequences left out).
+        A check that tested nothing (`untested`) counts for nothing."""
         stat = [c for c in self.checks if c.tier == "statistical" and c.samples and c.level]
         if not stat:
             return ""
         exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
-        yes, no = power.caught(self.algorithm, {c.name: c.samples for c in stat}, min(c.level for c in stat), exact_ran)
+        counted = {c.name: c.samples for c in stat if not c.untested}
+        yes, no = power.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+        unseen = [c.name for c in stat if c.untested]
         return (f"bugs that shipped (docs/shipped_bugs.md) this run catches with >= 95% power: {', '.join(yes) or 'none'}"
-                + (f"; with less: {', '.join(no)}" if no else ""))
+                + (f"; with less: {', '.join(no)}" if no else "")
+                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else ""))
 
     def to_json(self) -> dict:
         return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
-                "family_level": FAMILY_LEVEL, "seconds": self.seconds, "diagnosis": self.diagnosis,
-                "checks": [vars(c) for c in self.checks]}
+                "verdict": self.verdict(), "family_level": FAMILY_LEVEL, "scale": self.scale, "seconds": self.seconds,
+                "diagnosis": self.diagnosis, "checks": [vars(c) for c in self.checks]}
+
+
+def _round_up(x: float) -> str:
+    """x rounded up to two significant digits, as text."""
+    step = 10.0 ** (np.floor(np.log10(x)) - 1)
+    return f"{np.ceil(x / step - 1e-9) * step:.2g}"
 
 
 # ---------------------------------------------------------------- watching every output
@@ -353,10 +380,14 @@ def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: li
     return check, scores
 
 
-def _sequence_check(verifier, K: int, level: float, rng, runs: int = N_SEQUENCES) -> Check:
+def sequence_check(verifier, K: int, level: float = FAMILY_LEVEL, rng: np.random.Generator | None = None,
+                   runs: int = N_SEQUENCES) -> Check:
+    """The chi-square check of `runs` whole sequences of speculative_sampling through `verifier` (verify's signature),
+    K drafts a call, against the exact law of the Markov-chain target's sequences."""
+    rng = np.random.default_rng(0) if rng is None else rng
     start = time.perf_counter()
     target, draft = stats.markov_pair()
-    law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)
+    law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
 
     def run(r):
         return sampling.speculative_sampling(SEQ_PROMPT, draft, target, SEQ_N, K, r, verify=verifier)
@@ -479,7 +510,8 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     Requires: function behaves like `mrs.verify` once `adapter` is applied.  The exact tier runs
     when vectors_tier is true and the adapter hands the function the rng object itself; the
     statistical tier always, with `scale` times the default samples (less power, same false-alarm
-    rate).  `progress(check)` is called after each check.
+    rate; a check too small to test anything is reported as not tested, and the run as INCOMPLETE).
+    `progress(check)` is called after each check.
 
     Ensures a verdict in bounded time: each call of the function may take call_limit seconds and
     all of them together time_limit; an output outside the contract (not 1..K+1 tokens, not integer
@@ -492,13 +524,18 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     start = time.perf_counter()
     limits = Limits(call_limit, time_limit, "verifier call")
     verifier = Guarded(adapt(function, adapter), limits)
-    report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed)
+    report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed, scale=scale)
     signatures = DIAGNOSED[algorithm]
 
     def add(c: Check) -> None:
         report.checks.append(c)
         if progress is not None:
             progress(c)
+
+    def add_tested(c: Check) -> None:  # a chi-square check that found nothing wrong: did it test anything?
+        if c.passed and scale < 1:  # at the default sizes every check does (tests/proof/test_conform.py)
+            _count_as_test(c, algorithm)
+        add(c)
 
     ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
     try:
@@ -527,7 +564,7 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
                     ll_sum.update(scores)
             except Exception as e:  # noqa: BLE001  (a crash fails the check, with what it said)
                 c = Check(f"one call: {case.name}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
-            add(c)
+            add_tested(c)
         try:
             counted = accepted_count_case()
             counted = Case(counted.name, counted.p, counted.q, max(1, round(counted.n * scale)))
@@ -535,14 +572,14 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
                                    level, np.random.default_rng(seeds[len(case_list)]), marginal=_count_marginal)
         except Exception as e:  # noqa: BLE001
             c = Check("accepted count (K=4, V=5)", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
-        add(c)
+        add_tested(c)
         for j, K in enumerate(SEQ_K):
             try:
-                c = _sequence_check(watched, K, level, np.random.default_rng(seeds[len(case_list) + 1 + j]),
-                                    max(1, round(N_SEQUENCES * scale)))
+                c = sequence_check(watched, K, level, np.random.default_rng(seeds[len(case_list) + 1 + j]),
+                                   max(1, round(N_SEQUENCES * scale)))
             except Exception as e:  # noqa: BLE001
                 c = Check(f"sequences K={K}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
-            add(c)
+            add_tested(c)
         add(_form_check(watched, "every output seen"))
         try:
             c = _p_equals_q_check(verifier, algorithm, np.random.default_rng(seeds[-1]))
@@ -566,6 +603,17 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     return report
 
 
+def _count_as_test(c: Check, algorithm: str) -> Check:
+    """Mark a passing chi-square check as not tested when its samples are too few to test anything (`power.untested`:
+    one bin, or fewer than half the known bugs it sees at its default size seen), with the samples it needs."""
+    bugs = tuple(SIGNATURES[algorithm])
+    why, needs = power.untested(algorithm, bugs, c.name, c.samples, c.level)
+    if why:
+        n_full = power.check_laws(algorithm, bugs)[c.name][0]
+        not_tested(c, f"{why}; it counts as a test from n = {needs:.0f} (scale {_round_up(needs / n_full)})", needs)
+    return c
+
+
 def _edge_names(report: Report) -> str:
     """The shipped bugs (specref.proof.shipped) that the run's failing edge or contract checks are the signature of."""
     found = [(c, s) for c, s in ((c, shipped.edge_signature(c.name, c.detail)) for c in report.failed) if s is not None]
@@ -575,7 +623,7 @@ def _edge_names(report: Report) -> str:
 def _summary(report: Report, ll_sum: Counter, signatures: list[broken.Bug]) -> str:
     # Over every failing one-call check: the bug under which all their counts together are likeliest.
     # A failing exact-tier edge check names the shipped bug it is the signature of.
-    if report.passed:
+    if not report.failed:
         return ""
     edge = _edge_names(report)
     if not ll_sum:

@@ -17,11 +17,21 @@ sampler gives its sequences the plain sampler's law, so the two samples must loo
 - output checks, on each sample: an integer array of n_samples rows and at least L columns, ids in
   [0, V) when the vocabulary is given, and no sequence the reference law (when given) calls
   impossible;
+- without the vocabulary ids cannot be range-checked: the ids GENERATE returned beyond every id
+  PLAIN returned are named, and make that check not tested (`id_check`): a correct pipeline may
+  draw a rare id its reference did not, a broken one an id outside the vocabulary, and only the
+  vocabulary tells them apart;
 - a two-sample chi-square test of homogeneity on whole L-token sequences: each sequence seen at
   least MIN_EXPECTED times in the smaller sample's share of the pooled counts is a bin of its own,
   the rarer ones share bins as in `stats.pooled_bins`.  The bins depend on the pooled counts only,
   so given them the split between the two samples is what a correct pipeline makes it; the level
-  is the checker's family-wise FAMILY_LEVEL (this is the run's one chi-square check).
+  is the checker's family-wise FAMILY_LEVEL (this is the run's one chi-square check).  With one
+  bin (too few sequences, or one sequence in every row of both) it tests nothing: not tested, with
+  about the sample size that gives it two bins.  A failure's diagnosis names a sample that returned
+  one sequence in nearly every row (a seed or random state reused for every row).
+
+A check that tested nothing makes the run INCOMPLETE (`report.passed` is false, the command's exit
+status 3), never a pass.
 
 Each call of GENERATE or PLAIN may take CALL_LIMIT seconds and the whole run RUN_LIMIT: a call past
 its limit, or an output that is not what the contract says, ends the run at once with a failing
@@ -52,12 +62,14 @@ from specref import warps
 from specref.proof import stats
 from specref.proof.power import smallest_n
 from specref.proof.stats import total_variation
-from specref.proof.verdict import Check, ContractViolation, Limits, Stop, Verdict
+from specref.proof.verdict import Check, ContractViolation, Limits, Stop, Verdict, not_tested
 
 FAMILY_LEVEL = stats.LEVEL  # the conformance checker's family-wise false-alarm level
 SAMPLES = 20_000  # sequences in each sample by default
 CALL_LIMIT = 900.0  # seconds for one call of GENERATE or PLAIN (all n_samples sequences)
 RUN_LIMIT = 1800.0  # seconds for the whole run
+REPEATED = 0.9  # a sample whose most frequent sequence fills this share of its rows is named in a failure's diagnosis
+IDS = "ids (no vocabulary given)"  # the name of the check on ids when the vocabulary is not known
 
 
 # ---------------------------------------------------------------- the test
@@ -87,11 +99,18 @@ def two_sample_chi_square(a: Counter, b: Counter) -> tuple[float, int, float]:
 
 def sequences(out, n: int, L: int | None, V: int | None, what: str) -> tuple[np.ndarray | None, str]:
     """(out as an int64 array [n, L], '') if it is n sequences of at least L token ids in [0, V); else (None, what is wrong)."""
+    if out is None or isinstance(out, (str, bytes)):
+        shown = "None" if out is None else f"a {type(out).__name__}, {out!r:.40}"
+        return None, f"{what} returned {shown}, not an array [{n}, L] of token ids"
     try:
         if hasattr(out, "detach"):  # a torch tensor
             out = out.detach().cpu()
         arr = np.asarray(out)
     except Exception as e:  # noqa: BLE001  (whatever it returned)
+        lengths = _row_lengths(out)
+        if len(lengths) > 1:
+            return None, (f"{what} returned rows of different lengths ({min(lengths)} to {max(lengths)} tokens), "
+                          f"not an array [{n}, L]")
         return None, f"{what} returned something that is not an array ({type(e).__name__}: {e})"
     if arr.ndim != 2 or arr.shape[0] != n:
         return None, f"{what} returned an array of shape {arr.shape}, not [{n}, L] ({n} sequences)"
@@ -105,11 +124,29 @@ def sequences(out, n: int, L: int | None, V: int | None, what: str) -> tuple[np.
             return None, f"{what} returned values that are not integer token ids, e.g. {bad.reshape(-1)[0]}"
     elif arr.dtype.kind not in "iub":
         return None, f"{what} returned an array of dtype {arr.dtype}, not integer token ids"
+    if arr.size and ((arr.dtype.kind == "f" and np.abs(arr).max() >= 2.0**63)
+                     or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        return None, f"{what} returned token id {arr.reshape(-1)[np.argmax(np.abs(arr.reshape(-1)))]}, beyond int64"
     arr = arr.astype(np.int64)[:, : (L if L is not None else arr.shape[1])]
     bad = arr[(arr < 0) | (arr >= (V if V is not None else np.iinfo(np.int64).max))]
     if bad.size:
         return None, f"{what} returned token id {int(bad[0])}, outside [0, {V if V is not None else 'inf'})"
     return arr, ""
+
+
+def _remedy(check: Check) -> str:  # what makes a check that tested nothing test something
+    if check.name == IDS:
+        return "give --vocabulary V"
+    if check.needs is not None and math.isfinite(check.needs):
+        return f"run with --samples {check.needs:.0f} or more"
+    return "no sample size helps"
+
+
+def _row_lengths(out) -> set:  # the lengths of the rows of a list of sequences, as far as they have any
+    try:
+        return {len(row) for row in out}
+    except TypeError:
+        return set()
 
 
 @dataclass
@@ -129,16 +166,22 @@ class PipelineReport(Verdict):
                  f"at most {FAMILY_LEVEL:g}; the other checks never fail a correct pipeline"]
         lines += [c.line() for c in self.checks]
         lines.append(f"{self.verdict()} in {self.seconds:.1f} s")
+        if self.untested:
+            lines.append(self.untested_line())
         if self.diagnosis:
             lines.append(f"diagnosis: {self.diagnosis}")
         return "\n".join(lines)
 
     __str__ = text
 
+    def untested_line(self) -> str:
+        """Which checks tested nothing, and what would make them test something."""
+        return "not tested: " + "; ".join(f"{c.name}: {_remedy(c)}" for c in self.untested)
+
     def to_json(self) -> dict:
         return {"generate": self.generate, "reference": self.reference, "seed": self.seed, "passed": self.passed,
-                "family_level": FAMILY_LEVEL, "seconds": self.seconds, "diagnosis": self.diagnosis,
-                "checks": [vars(c) for c in self.checks]}
+                "verdict": self.verdict(), "family_level": FAMILY_LEVEL, "seconds": self.seconds,
+                "diagnosis": self.diagnosis, "checks": [vars(c) for c in self.checks]}
 
 
 def check_pipeline(generate: Callable, reference: Callable, new_tokens: int | None = None, samples: int = SAMPLES,
@@ -181,7 +224,7 @@ def check_pipeline(generate: Callable, reference: Callable, new_tokens: int | No
                 raise ContractViolation(problem)
             got[what] = arr
             add(Check(f"output: {what}", "edge", True, f"{samples} sequences of {arr.shape[1]} token ids"
-                              + (f" in [0, {vocabulary})" if vocabulary is not None else ""),
+                              + (f" in [0, {vocabulary})" if vocabulary is not None else " >= 0"),
                               seconds=time.perf_counter() - t0))
     except _Raised as e:
         add(Check("raised", "edge", False, str(e)))
@@ -193,6 +236,8 @@ def check_pipeline(generate: Callable, reference: Callable, new_tokens: int | No
         report.seconds = time.perf_counter() - start
         return report
 
+    if vocabulary is None:
+        add(id_check(got["speculative"], got["plain"]))
     counts = {what: _count(arr) for what, arr in got.items()}
     if law is not None:
         impossible = {what: sum(c for s, c in counts[what].items() if law.get(s, 0.0) <= 0.0) for what in counts}
@@ -203,14 +248,63 @@ def check_pipeline(generate: Callable, reference: Callable, new_tokens: int | No
                           f"{impossible['plain']} plain" + ("" if ok else f", e.g. {list(example)}")))
     t0 = time.perf_counter()
     stat, dof, pvalue = two_sample_chi_square(counts["speculative"], counts["plain"])
-    add(Check(f"sequences of {got['plain'].shape[1]} tokens", "statistical", pvalue > FAMILY_LEVEL,
-                      f"chi2={stat:.1f} dof={dof} two-sample, {len(counts['speculative'])} and {len(counts['plain'])} "
-                      "distinct sequences", pvalue, FAMILY_LEVEL, samples, seconds=time.perf_counter() - t0))
-    if not report.passed:
-        report.diagnosis = ("the speculative pipeline's sequences do not have the plain sampler's law"
-                            if report.checks[-1].passed is False else "impossible sequences")
+    check = Check(f"sequences of {got['plain'].shape[1]} tokens", "statistical", pvalue > FAMILY_LEVEL,
+                  f"chi2={stat:.1f} dof={dof} two-sample, {len(counts['speculative'])} and {len(counts['plain'])} "
+                  "distinct sequences", pvalue, FAMILY_LEVEL, samples, seconds=time.perf_counter() - t0)
+    if check.passed and dof == 0:
+        not_tested(check, *_one_bin(counts, samples))
+    add(check)
+    if report.failed:
+        report.diagnosis = "; ".join(
+            ["the speculative pipeline's sequences do not have the plain sampler's law" if check.passed is False
+             else "impossible sequences"] + _repeated(counts, samples))
     report.seconds = time.perf_counter() - start
     return report
+
+
+def id_check(generated: np.ndarray, plain: np.ndarray) -> Check:
+    """Without the vocabulary, ids cannot be range-checked; the ids GENERATE returned beyond every id PLAIN returned
+    are named, and make the check not tested (a correct pipeline may draw a rare id PLAIN did not; a broken one, an id
+    outside the vocabulary: only the vocabulary tells them apart).  [n, L], [n, L] ids >= 0."""
+    top = int(plain.max())
+    beyond = generated > top  # [n, L]
+    if not beyond.any():
+        return Check(IDS, "edge", True, f"every id GENERATE returned is at most {top}, the largest PLAIN returned; "
+                                        "not range-checked against the vocabulary: give --vocabulary V (vocabulary=V)")
+    ids = np.unique(generated[beyond])
+    shown = ", ".join(str(int(i)) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+    rows = int(beyond.any(axis=1).sum())
+    check = Check(IDS, "edge", None, f"GENERATE returned ids that PLAIN never did, beyond every id it returned "
+                                     f"(at most {top}): {shown} in {rows} of {len(generated)} sequences")
+    return not_tested(check, "the vocabulary is not known, so these ids were not range-checked: run again with "
+                             "--vocabulary V (vocabulary=V in Python)", None)
+
+
+def _one_bin(counts: dict, n: int) -> tuple[str, float]:
+    """Why a two-sample check with one bin tested nothing, and about how many sequences a sample give it two bins."""
+    pooled = counts["speculative"] + counts["plain"]
+    if len(pooled) == 1:
+        return ("every row of both samples is the same sequence: nothing to compare (are both deterministic, or do "
+                "both ignore their seeds?)"), math.inf
+    total = sum(pooled.values())
+    freq = {k: v / total for k, v in pooled.items()}
+    needs = smallest_n(lambda m: float(len(stats.pooled_bins(freq, m)) >= 2), target=1.0)
+    return (f"its {n} + {n} sequences pool into one bin (dof 0): its chi-square is 0 whatever the laws; by the "
+            f"frequencies seen here it has two bins from about {needs:.0f} sequences a sample (--samples)"), needs
+
+
+def _repeated(counts: dict, n: int) -> list[str]:
+    """For each sample whose most frequent sequence fills at least REPEATED of its rows: that sequence, and how often
+    the other sample has it (a pipeline that reuses one seed or random state for every row)."""
+    out = []
+    for what, name, other, other_name in (("speculative", "GENERATE", "plain", "PLAIN"),
+                                          ("plain", "PLAIN", "speculative", "GENERATE")):
+        seq, c = counts[what].most_common(1)[0]
+        if c >= REPEATED * n:
+            shown = list(seq[:8]) + (["..."] if len(seq) > 8 else [])
+            out.append(f"{name} returned the same sequence {shown} in {c} of {n} rows, {other_name} in "
+                       f"{counts[other].get(seq, 0)}: does {name} reuse one seed or random state for every row?")
+    return out
 
 
 def _count(arr: np.ndarray) -> Counter:  # [n, L] ids >= 0 -> {sequence: count}

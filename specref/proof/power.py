@@ -11,6 +11,10 @@ so its power is ncx2.sf(critical value, dof, lambda), and an outcome impossible 
 law (mass eps under the bug) adds 1 - (1 - eps)^n.  A run of the checker fails if any of its
 independent checks does; the sequence checks are left out here, so a run's power computed here is a
 lower bound and its sample size for 95% power an upper bound.
+
+Whether a check of a given size tests anything at all (`counts_as_test`, the sequence checks
+included through `stats.speculative_sequence_law`): at least two bins, and at least half of the
+known bugs it sees at its default size seen at that size.
 """
 
 from __future__ import annotations
@@ -68,11 +72,15 @@ def _checks(algorithm: str) -> list[tuple[str, cases.Case, bool]]:  # (check nam
 
 
 @functools.lru_cache(maxsize=None)
+def _correct_laws(algorithm: str) -> tuple[dict, ...]:  # per one-call and accepted-count check: the correct law
+    return tuple(stats.rows_call_law(cases.CORRECT[algorithm], case.p, case.q) for _, case, _ in _checks(algorithm))
+
+
+@functools.lru_cache(maxsize=None)
 def laws(bug, algorithm: str) -> tuple[tuple[str, int, dict, dict], ...]:
     """Per chi-square check of the checker (the sequence checks aside): (name, default n, correct law, bug's law)."""
     out = []
-    for name, case, marginal in _checks(algorithm):
-        correct = stats.rows_call_law(cases.CORRECT[algorithm], case.p, case.q)
+    for (name, case, marginal), correct in zip(_checks(algorithm), _correct_laws(algorithm)):
         law = stats.rows_call_law(bug.law, case.p, case.q)
         if marginal:
             correct, law = cases.count_marginal(correct), cases.count_marginal(law)
@@ -123,6 +131,74 @@ def row(entry, level: float | None = None) -> dict:
             "power_default": run_power(entry.bug, entry.algorithm, level=level),
             "scale_95": run_scale_for_power(entry.bug, entry.algorithm, level=level), "best_check": name,
             "best_n_95": n}
+
+
+# ---------------------------------------------------------------- does a check of this size test anything?
+#
+# A check run with fewer draws than its default (the checker's `scale` below 1) pools more outcomes into
+# one bin.  With a single bin its statistic is 0 whatever the law; with a few it may still see nothing the
+# check is there for.  A check counts as a test when its bins leave at least one degree of freedom and it
+# sees (rejects with power >= SEES) at least half of the known bugs that it sees at its default size.
+
+SEES = 0.95  # a check sees a law when it rejects it with at least this power
+
+
+def sees(correct: dict, laws, n: int, level: float) -> int:
+    """How many of `laws` a chi-square check of n draws against `correct` at `level` rejects with power >= SEES."""
+    return sum(check_power(law, correct, n, level) >= SEES for law in laws)
+
+
+def sequence_law(law_given_drafts, K: int) -> dict:
+    """The law of the sequence checks' SEQ_N tokens (stats.markov_pair, SEQ_PROMPT, K drafts a call), given a call's."""
+    target, draft = stats.markov_pair()
+    return stats.speculative_sequence_law(law_given_drafts, target, draft, stats.SEQ_PROMPT, stats.SEQ_N, K)
+
+
+@functools.lru_cache(maxsize=None)
+def check_laws(algorithm: str, bugs: tuple) -> dict:
+    """Every chi-square check of a run (the sequence checks too): name -> (default n, correct law, the laws of `bugs`).
+
+    bugs: the known bugs the checks are there for (conform.SIGNATURES[algorithm]), each with its exact call law."""
+    out = {}
+    for i, ((name, case, marginal), correct) in enumerate(zip(_checks(algorithm), _correct_laws(algorithm))):
+        out[name] = (case.n, cases.count_marginal(correct) if marginal else correct,
+                     tuple(laws(bug, algorithm)[i][3] for bug in bugs))
+    target, _ = stats.markov_pair()
+    correct = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
+    for K in cases.SEQ_K:
+        out[f"sequences K={K}"] = (cases.N_SEQUENCES, correct, tuple(sequence_law(bug.law, K) for bug in bugs))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _sees_full(algorithm: str, bugs: tuple, name: str, level: float) -> int:
+    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
+    return sees(correct, bug_laws, n_full, level)
+
+
+def counts_as_test(algorithm: str, bugs: tuple, name: str, n: int, level: float) -> bool:
+    """Whether the check `name` of n draws tests anything (see above): at least two bins, and at least half the known
+    bugs it sees at its default size seen at this one."""
+    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
+    if len(stats.pooled_bins(correct, n)) < 2:
+        return False
+    return n >= n_full or 2 * sees(correct, bug_laws, n, level) >= _sees_full(algorithm, bugs, name, level)
+
+
+def untested(algorithm: str, bugs: tuple, name: str, n: int, level: float) -> tuple[str, float]:
+    """('', 0) if the check `name` of n draws counts as a test; else (why not, the smallest n at which it does)."""
+    if counts_as_test(algorithm, bugs, name, n, level):
+        return "", 0.0
+    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
+    needs = smallest_n(lambda m: float(counts_as_test(algorithm, bugs, name, m, level)), target=1.0, n_max=1e10)
+    bins = len(stats.pooled_bins(correct, n))
+    if bins < 2:
+        why = f"its {n} draws pool every outcome into one bin (dof 0): its chi-square is 0 whatever the law"
+    else:
+        why = (f"its {bins} bins at {n} draws see {sees(correct, bug_laws, n, level)} of the "
+               f"{_sees_full(algorithm, bugs, name, level)} known bugs it sees at its default {n_full} draws "
+               f"(power >= {SEES:.0%}): fewer than half")
+    return why, needs
 
 
 def caught(algorithm: str, samples: dict, level: float, exact_ran: set[str]) -> tuple[list[str], list[str]]:

@@ -143,6 +143,46 @@ def sequence_law(model, x: np.ndarray, N: int) -> dict[tuple, float]:
     return law
 
 
+def _rows_after(model, context: np.ndarray) -> Callable:
+    """prefix (a tuple of ids) -> the model's next-token row after context + prefix, each computed once."""
+    seen = {}
+
+    def row(prefix: tuple) -> np.ndarray:
+        if prefix not in seen:
+            seen[prefix] = next_distributions(model, np.concatenate([context, np.array(prefix, dtype=np.int64)]), 1)[0]
+        return seen[prefix]
+    return row
+
+
+def speculative_sequence_law(law_given_drafts: Callable, target, draft, x: np.ndarray, N: int,
+                             K: int) -> dict[tuple, float]:
+    """Exact law of the N tokens `sampling.speculative_sampling` appends to prompt x, K drafts a call, when each
+    call's output has the law law_given_drafts(x_draft, p, q) (`token_call_law`: the target's own law, Chen's theorem;
+    a `broken.Bug`'s .law: that bug's law of whole sequences).  Each call's drafts are drawn from the draft's rows
+    after the tokens so far (`call_law`); a call that overshoots N is cut to N, as the loop does."""
+    x = np.asarray(x, dtype=np.int64)
+    V = next_distributions(draft, x, 1).shape[1]
+    # Models that see only their last `order` tokens (MarkovChain) have one call law per such tail: computed once.
+    orders = [getattr(model, "order", None) for model in (draft, target)]
+    order = None if None in orders else max(orders)
+    call_laws = {}
+    done, frontier = {}, {(): 1.0}  # finished sequences, and the unfinished ones with their probabilities
+    while frontier:  # one round of calls: every unfinished sequence gets one more call
+        after = {}
+        for seq, w in frontier.items():
+            context = np.concatenate([x, np.array(seq, dtype=np.int64)])
+            tail = tuple(context[-order:].tolist()) if order and len(context) >= order else tuple(context.tolist())
+            if tail not in call_laws:
+                call_laws[tail] = call_law(law_given_drafts, _rows_after(draft, context), _rows_after(target, context),
+                                           K, V)
+            for out, v in call_laws[tail].items():
+                longer = seq + out
+                into = done if len(longer) >= N else after
+                into[longer[:N]] = into.get(longer[:N], 0.0) + w * v
+        frontier = after
+    return done
+
+
 def sample_sequences(sampler: Callable[[np.random.Generator], np.ndarray], n: int, t: int,
                      rng: np.random.Generator) -> Counter:
     """Counts of the tokens after position t over n runs of sampler(rng)."""

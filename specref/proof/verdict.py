@@ -1,6 +1,8 @@
 """What a conformance run reports, and how it ends in bounded time whatever the code under test does.
 
-`Check` is one check's result and `Verdict` what a report reads off its checks; `Stop` and its
+`Check` is one check's result (pass, FAIL, skipped, or not tested: it found nothing wrong but its
+samples were too few to test anything) and `Verdict` what a report reads off its checks: PASSED,
+FAILED, or INCOMPLETE when nothing failed but some check tested nothing; `Stop` and its
 kinds end a run at once with a failing check; `Limits` puts a time limit on each call into the
 code under test and on all of them together.  Shared by `conform` (verifiers) and `pipeline`
 (whole generators).
@@ -21,7 +23,7 @@ class Check:
 
     name: str
     tier: str  # "exact", "statistical" or "edge"
-    passed: bool | None  # None: skipped
+    passed: bool | None  # None: skipped, or not tested (see `untested`)
     detail: str = ""
     pvalue: float | None = None
     level: float | None = None
@@ -29,30 +31,54 @@ class Check:
     diagnosis: str = ""
     bug: str = ""  # the diagnosed bug's name, if any
     seconds: float = 0.0
+    untested: str = ""  # why this check, which found nothing wrong, tested nothing (too few samples), if it did not
+    needs: float | None = None  # with `untested`: the samples at which it would count as a test (inf: none)
 
     def line(self) -> str:
-        status = "SKIP" if self.passed is None else "pass" if self.passed else "FAIL"
+        status = "----" if self.untested else "SKIP" if self.passed is None else "pass" if self.passed else "FAIL"
         stat = f"p={self.pvalue:.3g} level={self.level:.2g} " if self.pvalue is not None else ""
         n = f"n={self.samples} " if self.samples is not None else ""
         out = f"{status}  {self.name:32s} {stat}{n}{self.detail}".rstrip()
+        if self.untested:
+            out += f"\n      NOT TESTED: {self.untested}"
         return out + (f"\n      diagnosis: {self.diagnosis}" if self.diagnosis else "")
 
 
+def not_tested(check: Check, why: str, needs: float | None) -> Check:
+    """`check`, which found nothing wrong, marked as having tested nothing: why, and the samples it needs (inf: no
+    number would do; None: samples are not what it lacks)."""
+    check.passed, check.untested, check.needs = None, why, needs
+    return check
+
+
 class Verdict:
-    """What every run's report reads off its `checks`: whether it passed, which checks failed, the verdict line."""
+    """What every run's report reads off its `checks`: whether it passed, which checks failed or tested nothing, the
+    verdict line.  A run passes only when no check failed and every check that ran tested something: a run too small
+    for some of its checks is INCOMPLETE, never a pass."""
 
     checks: list
 
     @property
     def passed(self) -> bool:
-        return all(c.passed is not False for c in self.checks)
+        return not self.failed and not self.untested
 
     @property
     def failed(self) -> list:
         return [c for c in self.checks if c.passed is False]
 
+    @property
+    def untested(self) -> list:
+        return [c for c in self.checks if c.untested]
+
     def verdict(self) -> str:
-        return "PASSED" if self.passed else f"FAILED ({len(self.failed)} of {len(self.checks)} checks)"
+        n, failed, untested = len(self.checks), len(self.failed), len(self.untested)
+        if failed:
+            return f"FAILED ({failed} of {n} checks" + (f"; {untested} not tested)" if untested else ")")
+        return f"INCOMPLETE ({untested} of {n} checks not tested)" if untested else "PASSED"
+
+    def status(self) -> int:
+        """The command's exit status: 0 passed, 1 failed, 3 incomplete (nothing failed, some check tested nothing)."""
+        return 1 if self.failed else 3 if self.untested else 0
 
 
 class Stop(BaseException):

@@ -254,3 +254,28 @@ def test_pipeline_and_limit_usage_errors_are_one_line_and_status_2(capsys, argv,
     out, err = capsys.readouterr()
     assert out == ""
     assert message in assert_one_error_line(err, PROG, option)
+
+
+def test_pipeline_mode_a_run_that_tests_nothing_or_cannot_range_check_ids_is_status_3(capsys, tmp_path):
+    # INCOMPLETE, status 3: no check failed, but one tested nothing (too few sequences for two bins, or ids beyond
+    # every id PLAIN returned with no --vocabulary to range-check them); never a plain pass
+    (tmp_path / "gen.py").write_text(
+        "from specref.proof.pipeline import TOY\n"
+        "def generate(n, seed):\n    out = TOY.generate(n, seed)\n    out[7, 2] = 2**62\n    return out\n")
+    cli = importlib.import_module("specref.__main__")
+    out_json = tmp_path / "report.json"
+    assert cli.main(["conform", "--pipeline", f"{PIPE}:TOY.generate", "--reference", f"{PIPE}:TOY.plain",
+                     "--samples", "10", "--vocabulary", "6", "--json", str(out_json)]) == 3
+    out = capsys.readouterr().out
+    print(out)
+    assert "INCOMPLETE (1 of 3 checks not tested)" in out
+    assert "not tested: sequences of 4 tokens: run with --samples" in out
+    assert json.loads(out_json.read_text())["verdict"].startswith("INCOMPLETE")
+    assert cli.main(["conform", "--pipeline", f"{tmp_path}/gen.py:generate", "--reference", f"{PIPE}:TOY.plain",
+                     "--samples", "300"]) == 3
+    out = capsys.readouterr().out
+    print(out)
+    assert "4611686018427387904 in 1 of 300 sequences" in out and "--vocabulary V" in out and "PASSED" not in out
+    assert cli.main(["conform", "--pipeline", f"{tmp_path}/gen.py:generate", "--reference", f"{PIPE}:TOY.plain",
+                     "--samples", "300", "--vocabulary", "6"]) == 1
+    assert "token id 4611686018427387904, outside [0, 6)" in capsys.readouterr().out

@@ -1,11 +1,13 @@
-"""The demo's table flags a prediction made from a scoring cost measured below one decode step."""
+"""The demo's table flags a prediction made from a scoring cost measured below one decode step; K is chosen from
+the measured scoring costs, each priced at the call that scores K + 1 tokens."""
 
 import types
 
+import numpy as np
 import pytest
 
 from specref import speedup
-from specref.apps import demo
+from specref.apps import costs, demo
 
 
 def run(method, target_ms, draft="-", K=0):
@@ -62,3 +64,46 @@ def test_where_no_K_pays_the_choice_says_so_and_gives_the_alpha_needed():
 def test_a_pilot_that_examined_no_draft_counts_as_alpha_0():
     choice = demo.choose_K(pilot(float("nan"), 0.0, examined=0), run("ArS", 10.0), ZEN4_LIKE)
     assert choice.alpha == 0.0 and not choice.pays
+
+
+# ---------------------------------------------------------------- the scoring costs K is chosen with
+
+# Scoring n new tokens after a cached prefix takes SCORE_MS[n] on a fake clock: known timings in, the costs out.
+# Scoring 3 tokens is timed cheaper than one decode step (noise): a cost below 1 is taken as 1.
+SCORE_MS = {1: 10.0, 2: 11.0, 3: 9.5, 4: 13.0, 5: 15.0, 6: 16.0, 7: 18.0, 8: 21.0, 9: 25.0}
+
+
+class TimedModel:
+    """Just what `costs.timed_rounds` calls; each next_probs advances the fake clock by its known time."""
+
+    def __init__(self, clock):
+        self.clock, self.config = clock, types.SimpleNamespace(vocab_size=16)
+
+    def reset(self):
+        pass
+
+    def next_probs(self, tokens, k=1):
+        self.clock.t += SCORE_MS[k] / 1e3
+        return np.full((k, 16), 1 / 16)
+
+
+class Clock:
+    """A fake time.perf_counter that moves only when the model says a call took time."""
+
+    def __init__(self):
+        self.t = 0.0
+
+    def perf_counter(self):
+        return self.t
+
+
+def test_scoring_costs_price_K_drafts_at_the_call_that_scores_K_plus_1_tokens(monkeypatch):
+    # K drafts are verified by one target call on K + 1 new tokens (the drafts and the bonus position), so K's cost
+    # is ms[K + 1] / ms[1] in decode steps.  ms[K] / ms[1] (one token short) would make K = 1 free and lean K large.
+    clock = Clock()
+    monkeypatch.setattr(costs, "time", clock)
+    got = demo.scoring_costs(TimedModel(clock), repeats=3)
+    expected = [max(1.0, SCORE_MS[K + 1] / SCORE_MS[1]) for K in range(1, demo.K_CHOICES + 1)]
+    print(got)
+    assert len(got) == demo.K_CHOICES == 8
+    assert got == pytest.approx(expected) == [1.1, 1.0, 1.3, 1.5, 1.6, 1.8, 2.1, 2.5]

@@ -5,8 +5,11 @@ promises); its exact tier rejects every broken sampler of specref.proof.broken a
 verifier and names it from its tokens on the vectors; its one-call chi-square (at the run's
 Bonferroni level) rejects each of them and names it from the nearest exact law; its edge checks
 catch a non-strict accept test and an unguarded all-zero residual; its adapter turns the common
-other signatures into verify's.  Its false-alarm rate over fresh seeds is measured by
-`python3 -m tools.conform_false_alarm`.
+other signatures into verify's.  Each chi-square runs at the family level / 11, printed and counted
+so (a run at the family level is caught), the sequence checks compare with the target's law (a
+sampler with the draft's law fails them), and a check too small to test anything (one bin, or
+fewer than half of its known bugs seen) is not tested, making the run INCOMPLETE, not passed.  Its
+false-alarm rate over fresh seeds is measured by `python3 -m tools.conform_false_alarm`.
 """
 
 from collections import Counter
@@ -15,7 +18,7 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import broken, conform, stats, vectors
+from specref.proof import broken, conform, power, stats, vectors
 
 
 # "name/algorithm" -> (a known bug, the algorithm it is checked as): every law the checker can name, from its
@@ -41,6 +44,124 @@ def test_the_reference_verifiers_pass_every_check_within_two_minutes(function, a
     assert len([c for c in report.checks if c.level is not None]) == 11
     assert all(c.level == pytest.approx(conform.FAMILY_LEVEL / 11) for c in report.checks if c.level is not None)
     assert report.seconds < 120
+
+
+# ---------------------------------------------------------------- the run's levels, and what its sequence checks test
+
+@pytest.fixture(scope="module")
+def small_run():
+    """mrs.verify checked at scale 0.02 (400 calls a one-call check, 120 sequences): about a second."""
+    return conform.check(mrs.verify, scale=0.02)
+
+
+def level_problems(report: conform.Report) -> list[str]:
+    """What is wrong with a run's false-alarm levels: each of its 11 chi-square checks must run at the family level
+    / 11 (Bonferroni), be decided, printed and counted in the coverage line at that level."""
+    stat = [c for c in report.checks if c.level is not None]
+    share = stats.LEVEL / 11
+    problems = [] if len(stat) == 11 else [f"{len(stat)} chi-square checks, not 11"]
+    for c in stat:
+        if c.level != pytest.approx(share, rel=1e-12):
+            problems.append(f"{c.name} at level {c.level:.3g}, not {share:.3g}")
+        if f"level={share:.2g} " not in c.line():
+            problems.append(f"{c.name} printed as {c.line()!r}")
+        if c.pvalue is not None and c.passed is not None and c.passed != (c.pvalue > share):
+            problems.append(f"{c.name} decided {c.passed} at p = {c.pvalue:g}")
+    if f"each at level {stats.LEVEL:g} / 11: a correct verifier fails this run with probability at most " \
+       f"{stats.LEVEL:g}" not in report.text():
+        problems.append("the header line states another level")
+    exact_ran = {c.name for c in report.checks if c.tier == "exact" and c.passed is not None}
+    yes, no = power.caught(report.algorithm, {c.name: c.samples for c in stat if not c.untested}, share, exact_ran)
+    expected = f"95% power: {', '.join(yes) or 'none'}" + (f"; with less: {', '.join(no)}" if no else "")
+    if expected not in report.coverage():
+        problems.append(f"the coverage line is not computed at {share:g}: {report.coverage()}")
+    return problems
+
+
+def test_every_chi_square_runs_at_the_family_level_over_11_and_is_printed_so(small_run, monkeypatch):
+    print(small_run.text())
+    assert level_problems(small_run) == []
+    # negative control: a checker that runs every chi-square at the family level (the false-alarm bound then about
+    # 1.1e-2): its levels, printed lines and coverage line are all caught (made here by an 11 times larger family level)
+    monkeypatch.setattr(conform, "FAMILY_LEVEL", 11 * stats.LEVEL)
+    wrong = conform.check(mrs.verify, scale=0.02)
+    problems = level_problems(wrong)
+    print("\n".join(problems))
+    assert any("at level 0.001, not 9.09e-05" in p for p in problems)
+    assert any("printed as" in p for p in problems) and any("coverage line" in p for p in problems)
+
+
+def first_draft_only(x_draft, p, q, rng):
+    """Returns the first draft as its one token: every call adds a token drawn from the draft's row, so whole
+    sequences have the draft's law (shown exactly in tests/proof/test_laws.py)."""
+    return np.asarray(x_draft[:1])
+
+
+def test_the_sequence_check_compares_with_the_targets_law_not_the_drafts():
+    level = conform.FAMILY_LEVEL / 11
+    target = conform.sequence_check(conform.adapt(mrs.verify), 2, level, np.random.default_rng(3), runs=300)
+    print(target.line())
+    assert target.passed and target.pvalue > level and "dof=0 " not in target.detail  # it tested something
+    # negative control: sequences with the draft's law fail it (they would pass a check against the draft's law)
+    draft = conform.sequence_check(conform.adapt(first_draft_only), 2, level, np.random.default_rng(3), runs=300)
+    print(draft.line())
+    assert draft.passed is False and draft.pvalue < 1e-10
+
+
+# ---------------------------------------------------------------- a check too small to test anything
+
+def test_a_check_pooled_to_one_bin_is_not_tested_and_the_run_is_not_a_pass(small_run):
+    checks = {c.name: c for c in small_run.checks}
+    for name in ("one call: sharp", "one call: large_vocabulary"):  # 400 and 60 calls: every outcome in one bin
+        c = checks[name]
+        print(c.line())
+        assert "dof=0" in c.detail and c.passed is None and c.untested.startswith(
+            f"its {c.samples} draws pool every outcome into one bin (dof 0)")
+        assert c.line().startswith("----") and "NOT TESTED: " in c.line()
+    for K in conform.SEQ_K:  # 120 sequences keep 2 bins of 243 sequences: they see 4 of the 12 known bugs
+        c = checks[f"sequences K={K}"]
+        assert c.passed is None and "fewer than half" in c.untested, c.line()
+    assert checks["one call: random"].passed and not checks["one call: random"].untested
+    assert not small_run.passed and not small_run.failed and small_run.status() == 3
+    assert small_run.verdict() == "INCOMPLETE (4 of 16 checks not tested)"
+    text = small_run.text()
+    assert "not tested at these sample sizes: one call: sharp, one call: large_vocabulary, sequences K=2, " \
+           "sequences K=3; all of them count as tests from scale " in text
+    assert "(not counted, having tested nothing: one call: sharp, one call: large_vocabulary" in small_run.coverage()
+    assert small_run.to_json()["verdict"].startswith("INCOMPLETE") and small_run.to_json()["passed"] is False
+    # each untested check names the draws from which it counts as a test, and the line the scale that tests them all
+    bugs = tuple(conform.SIGNATURES["token"])
+    for c in small_run.untested:
+        assert power.counts_as_test("token", bugs, c.name, int(c.needs), c.level), c.name
+        assert not power.counts_as_test("token", bugs, c.name, c.samples, c.level), c.name
+    scale = float(text.split("count as tests from scale ")[1].split()[0])
+    for name, (n_full, _, _) in power.check_laws("token", bugs).items():
+        assert power.counts_as_test("token", bugs, name, max(1, round(n_full * scale)), stats.LEVEL / 11), name
+
+
+def test_every_check_tests_something_at_its_default_size():
+    # at its default size a check counts as a test when its bins leave a degree of freedom (power.counts_as_test)
+    target, _ = stats.markov_pair()
+    sequences = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
+    assert len(stats.pooled_bins(sequences, conform.N_SEQUENCES)) >= 2
+    for algorithm in conform.ALGORITHMS:
+        counted = conform.accepted_count_case()
+        for case in conform.cases(algorithm) + [counted]:
+            law = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+            law = conform._count_marginal(law) if case is counted else law
+            assert len(stats.pooled_bins(law, case.n)) >= 2, (algorithm, case.name)
+    bugs = tuple(conform.SIGNATURES["token"])
+    assert all(power.counts_as_test("token", bugs, name, n_full, stats.LEVEL / 11)
+               for name, (n_full, _, _) in power.check_laws("token", bugs).items())
+
+
+def test_a_check_with_one_bin_still_fails_an_impossible_outcome():
+    # one bin tests nothing about the law, but an outcome the law calls impossible still fails the check
+    large = conform.cases("token")[-1]
+    check = conform.one_call_check(broken.resample_from_q, conform.Case(large.name, large.p, large.q, 60),
+                                   level=stats.LEVEL / 11, rng=np.random.default_rng(0))
+    print(check.line())
+    assert check.passed is False and "dof=0" in check.detail and check.pvalue == 0.0
 
 
 # ---------------------------------------------------------------- power, with the diagnosis

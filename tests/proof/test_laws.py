@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from specref import mrs
-from specref.proof import stats
+from specref import mrs, sampling
+from specref.proof import broken, stats
 
 
 def _verify_law_bruteforce(p, q):
@@ -145,3 +145,25 @@ def test_chi_square_false_alarm_rate_and_power_at_the_stated_level():
     misses = sum(stats.chi_square_gof(Counter({(i,): c for i, c in enumerate(rng.multinomial(4000, shifted))}),
                                       law)[2] >= stats.LEVEL for _ in range(20))
     assert misses == 0
+
+
+# ---------------------------------------------------------------- whole sequences of the speculative loop, exactly
+
+def test_the_speculative_loops_sequence_law_from_a_call_law():
+    # stats.speculative_sequence_law runs the loop's calls in exact arithmetic (the conformance checker's sequence
+    # checks compute what they can see from it): a correct call law gives the target's law of whole sequences, a
+    # call that returns the first draft alone gives the draft's, and a bug's sequences fit the law it gives them.
+    target, draft = stats.markov_pair()
+    x, N = stats.SEQ_PROMPT, stats.SEQ_N
+    for K in (1, 2, 3):
+        law = stats.speculative_sequence_law(stats.token_call_law, target, draft, x, N, K)
+        assert stats.total_variation(law, stats.sequence_law(target, x, N)) < 1e-12, K
+        first = stats.speculative_sequence_law(lambda xs, p, q: {(int(xs[0]),): 1.0}, target, draft, x, N, K)
+        assert stats.total_variation(first, stats.sequence_law(draft, x, N)) < 1e-12, K
+    bug = broken.BROKEN["resample_from_q"]
+    law = stats.speculative_sequence_law(bug.law, target, draft, x, N, 3)
+    assert abs(sum(law.values()) - 1) < 1e-12 and stats.total_variation(law, stats.sequence_law(target, x, N)) > 0.05
+    counts = stats.sample_sequences(lambda r: sampling.speculative_sampling(x, draft, target, N, 3, r, verify=bug),
+                                    600, len(x), np.random.default_rng(8))
+    assert stats.chi_square_gof(counts, law)[2] > 1e-3
+    assert stats.chi_square_gof(counts, stats.sequence_law(target, x, N))[2] < 1e-6  # negative control
