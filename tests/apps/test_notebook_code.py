@@ -241,3 +241,89 @@ def test_the_exercise_attempt_of_notebook_07_is_still_wrong():
     exec(compile(source, "<notebook 07 exercise>", "exec"), namespace)
     attempt = namespace["block_weights"]
     assert any(attempt(x, p, q).tolist() != mrs._block_w(x, p, q).tolist() for x, p, q, _ in _block_inputs(cases=50))
+
+
+# ---------------------------------------------------------------- notebook 05: one decode step and the rollback
+
+# The real model (the plain path, the `smollm2` fixture): slow.  The cells define functions only; the notebook's
+# next cells run them on its request, the tests here on a shorter one.
+DECODE_STEP = notebook_cell("05_real_model", "def decode_step(model, token)")
+GREEDY_LOOP = notebook_cell("05_real_model", "def greedy_loop(model, context, drafts)")
+FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+def _step_once(model, cell, tokens) -> tuple:  # -> (the cell's logits, the library's) for tokens[-1], same cache
+    model.reset()
+    model.next_logits(tokens[:-1])
+    library = model.next_logits(tokens)[0].copy()
+    model.cache.rollback(1)
+    return cell.decode_step(model, tokens[-1]), library
+
+
+@pytest.mark.slow
+def test_decode_step_cell_gives_the_logits_of_next_logits(smollm2):
+    """Six greedy steps of the cell's decode step against SmolLM2.next_logits, each from the same cache: the same
+    products in the same order, so the same logits (bound 1e-6; the largest difference is printed).  Negative
+    control: the cell without RoPE misses by far."""
+    cell = run_cell(DECODE_STEP)
+    tokens = list(smollm2.tokenizer.chat(FRANCE))
+    n_prompt, worst = len(tokens), 0.0
+    smollm2.reset()
+    smollm2.next_logits(tokens[:-1])
+    for _ in range(6):
+        library = smollm2.next_logits(tokens)[0].copy()     # one new row through `forward`
+        smollm2.cache.rollback(1)
+        ours = cell.decode_step(smollm2, tokens[-1])        # the same row through the cell
+        assert smollm2.cache.length == len(tokens)
+        worst = max(worst, float(np.abs(ours - library).max()))
+        tokens.append(int(np.argmax(ours)))
+    print(f"decode_step vs next_logits, 6 steps: largest |difference| {worst:.1e}")
+    assert worst <= 1e-6
+    assert smollm2.tokenizer.decode(tokens[n_prompt:]).startswith("The capital of France")
+    no_rope = DECODE_STEP.replace("q, k = rope(q, rot), rope(k, rot)", "pass")
+    assert no_rope != DECODE_STEP
+    ours, library = _step_once(smollm2, run_cell(no_rope), tokens[:n_prompt])
+    assert np.abs(ours - library).max() > 1.0
+
+
+@pytest.mark.slow
+def test_rollback_cell_leaves_no_trace_of_rejected_drafts(smollm2):
+    """The cell's greedy loop on 'The capital of' + a wrong country: it keeps the three right drafts, corrects the
+    fourth to ' France' and rolls the cache back to prompt + 3.  After the correction is decoded, the cache is bit
+    for bit the one another wrong country leaves (a row does not depend on the values of later rows in its call),
+    and equal to a recompute that never saw a draft up to float32 rounding (relative 1e-4 of each array's largest
+    value, as in tests/smollm2/test_model.py; the largest difference is printed).  Negative control: the loop without its rollback keeps the rejected
+    draft in the cache, and its next logits miss the recompute's by far."""
+    decode_step = run_cell(DECODE_STEP).decode_step
+    cell = run_cell(GREEDY_LOOP)
+    tok = smollm2.tokenizer
+    prompt = list(tok.chat(FRANCE))
+    snapshots, logits = [], []
+    for guess in ("The capital of Germany", "The capital of Spain"):
+        drafts = tok.encode(guess)
+        assert len(drafts) == 4
+        smollm2.reset()
+        smollm2.next_logits(prompt)
+        kept = cell.greedy_loop(smollm2, prompt, drafts)
+        assert tok.decode(kept) == "The capital of France"
+        assert smollm2.cache.length == len(prompt) + 3
+        assert smollm2.cache.tokens[:smollm2.cache.length].tolist() == prompt + kept[:-1]
+        logits.append(decode_step(smollm2, kept[-1]).copy())
+        snapshots.append(cell.snapshot(smollm2.cache))
+    assert all(np.array_equal(a, b) for a, b in zip(*snapshots)) and np.array_equal(*logits)
+    smollm2.reset()
+    smollm2.next_logits(prompt + kept[:-1])
+    fresh_logits = decode_step(smollm2, kept[-1])
+    fresh = cell.snapshot(smollm2.cache)
+    assert [a.shape for a in fresh] == [a.shape for a in snapshots[0]]
+    difference = cell.largest_difference(snapshots[0], fresh)
+    print(f"rolled-back cache vs recompute: largest difference {difference:.1e} of each array's largest value; "
+          f"logits {np.abs(logits[0] - fresh_logits).max():.1e}")
+    assert difference < 1e-4
+    np.testing.assert_allclose(logits[0], fresh_logits, rtol=0, atol=1e-4)
+    no_rollback = run_cell(GREEDY_LOOP.replace("    model.cache.rollback(len(drafts) - n)", "    pass"))
+    smollm2.reset()
+    smollm2.next_logits(prompt)
+    no_rollback.greedy_loop(smollm2, prompt, tok.encode("The capital of Germany"))
+    assert smollm2.cache.length == len(prompt) + 4                       # ' Germany' is still in the cache
+    assert np.abs(decode_step(smollm2, kept[-1]) - fresh_logits).max() > 1.0
