@@ -45,18 +45,6 @@ MARKER = re.compile(r"^\s*<!--\s*fragment\s*:(?P<reason>.*?)-->\s*$")
 MARKER_START = re.compile(r"^\s*<!--\s*fragment\b")
 FENCE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 
-# Blocks of pages edited elsewhere that are neither run nor marked yet: (page, the block's first line) -> why
-# skipped.  A block listed here is reported as skipped, not passed; once its page marks it, the entry does nothing.
-UNMARKED_ELSEWHERE = {
-    ("docs/notebooks.md", 'python3 -m pip install -e ".[notebooks]"   # specref itself, editable, so the notebooks '
-                          "import it"): "installs packages and starts JupyterLab; the page needs a fragment marker",
-    ("docs/notebooks.md", "python3 -m pytest -s tests/apps/test_notebooks.py            # 01-04 (-s prints each "
-                          "one's time)"): "runs the notebooks (minutes); the page needs a fragment marker",
-    ("docs/notebooks.md", "python3 tools/notebook_hang.py notebooks/04_speedup_model.ipynb --runs 20 --timeout 120"):
-        "runs notebook 04 twenty times a command (minutes); the page needs a fragment marker",
-}
-
-
 @dataclasses.dataclass(frozen=True)
 class Block:
     page: str  # path relative to the repository
@@ -215,9 +203,6 @@ def test_the_pages_have_blocks_and_well_formed_markers():
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.name for b in BLOCKS])
 def test_every_block_runs_or_is_marked(block, tmp_path, monkeypatch):
-    why = UNMARKED_ELSEWHERE.get((block.page, block.first_line))
-    if why is not None and block.fragment is None:
-        pytest.skip(f"{block.name}: {why}")
     monkeypatch.chdir(ROOT)  # commands name paths relative to the repository, as the pages say to run them
     problem = check(block, tmp_path)
     assert not problem, problem
