@@ -85,6 +85,38 @@ def test_inline_speculative_sampling_has_the_target_law():
     assert stats.chi_square_gof(counts, stats.sequence_law(draft, prompt, N))[2] < 1e-3
 
 
+# ---------------------------------------------------------------- notebook 02: the step and the residual
+
+STEP = notebook_cell("02_toy_mrs", "def accept_or_resample(x, p, q, rng)")
+
+
+def _step_cell(source: str = STEP) -> SimpleNamespace:
+    """The cell's two functions (its trailing prints need p, q and rng: they run on the toy example)."""
+    namespace = {"np": np, "mrs": mrs, "p": np.array([0.4, 0.3, 0.2, 0.1]), "q": np.array([0.30, 0.45, 0.10, 0.15])}
+    exec(compile(source, "<notebook 02 cell>", "exec"), namespace)
+    return SimpleNamespace(residual=namespace["residual"], step=namespace["accept_or_resample"])
+
+
+def test_notebook_residual_and_step_equal_the_library():
+    cell = _step_cell()
+    rng = np.random.default_rng(1)
+    for case in range(300):
+        V = int(rng.integers(2, 8))
+        p, q = rng.dirichlet(np.full(V, 0.5), size=2)
+        if case % 5 == 0:
+            q = p.copy()  # p == q: both return q
+        assert np.allclose(cell.residual(p, q), mrs.residual(p, q), rtol=0, atol=1e-15)
+        x = mrs.sample(p, rng)
+        seed = int(rng.integers(1 << 30))
+        assert cell.step(x, p, q, np.random.default_rng(seed)) == mrs.mrs(x, p, q, np.random.default_rng(seed))
+
+
+def test_negative_control_a_residual_that_is_q_is_caught():
+    cell = _step_cell(STEP.replace("excess = np.maximum(q - p, 0.0)", "excess = q.copy()"))
+    p, q = np.array([0.4, 0.3, 0.2, 0.1]), np.array([0.30, 0.45, 0.10, 0.15])
+    assert not np.allclose(cell.residual(p, q), mrs.residual(p, q))
+
+
 # ---------------------------------------------------------------- notebook 03: the chi-square, written out
 
 from collections import Counter  # noqa: E402  (this file grows by appending, one section per notebook)
