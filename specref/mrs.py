@@ -2,6 +2,10 @@
 
 This file stands alone (NumPy and the standard library only) so it can be copied into
 other code; the test vectors in specref/proof/mrs_vectors.json check a copy.
+The tree verifiers (verify_tree_topk, verify_tree_mss, verify_tree_rrs; "Trees of drafts" below)
+live here, not in a sibling file, because they share `sample`, the input checks and the documented
+order of uniforms with `verify`, and a user copies one file (specref/proof/tree_vectors.json
+checks them).
 
 Letters follow Chen et al. 2023, "Accelerating Large Language Model Decoding with
 Speculative Sampling": p is the DRAFT distribution, q is the TARGET distribution, K is
@@ -87,6 +91,81 @@ Numerical choices, made on purpose:
 - when p == q the residual max(0, q - p) is all zeros (0 / 0 after normalising): it is
   never needed (acceptance is certain), and `residual` returns q instead of NaN;
 - every computation is in float64; inputs must be valid distributions up to TOL.
+
+Trees of drafts.  verify_tree_topk, verify_tree_mss and verify_tree_rrs verify several
+candidates at once: a tree of drafted tokens, scored by one target call with a tree attention
+mask.  One contract serves all three:
+    tokens   [N]       the drafted token of each node, nodes in topological order (a parent
+                       before its children)
+    parents  [N]       -1 for a child of the root, else the index j < i of node i's parent
+    p, q     [N+1, V]  the draft's and the target's rows: row 0 at the root, row i + 1 after
+                       node i's token (node i's children were drawn from p[i + 1])
+    returns  [n]       the tokens of the accepted path from the root, then one more token
+The children of a node are the nodes whose parent it is, in ascending index.  A chain of K
+drafts is the tree with parents = [-1, 0, 1, ..., K-2]; on it verify_tree_mss and
+verify_tree_rrs are verify (the same uniforms give the same tokens; p[K] is not read).  The
+three differ in how the children were drawn, and each is exact only for its own way:
+    verify_tree_topk  distinct children chosen in any way that does not look at the target
+                      (EAGLE-2's top-k of the draft; SGLang's tree_speculative_sampling_target_only
+                      at thresholds 1).  The target alone decides; p is not read.  Child c_i is
+                      accepted with probability q(c_i) / (1 - q(c_1) - ... - q(c_{i-1})); if none
+                      is, the token comes from q without the children's mass, renormalised.  In
+                      effect the walk draws y ~ q and follows y if it is a child, which is why it
+                      is exact however the children were chosen and in whatever order.
+    verify_tree_mss   children drawn i.i.d. from the node's p row (SpecInfer's multi-step
+                      speculative sampling, Miao et al. 2024, Algorithm 2, lines 24-44):
+                      accept c with probability min(1, q(c) / p(c)); on a rejection
+                      q <- norm(max(0, q - p)) and p stays; if all are rejected, the token comes
+                      from the last q.  Siblings may repeat, as i.i.d. draws do.
+    verify_tree_rrs   children drawn from the node's p row without replacement (recursive
+                      rejection sampling, Jeon et al. 2024, arXiv 2402.14160; EAGLE-1's
+                      evaluate_posterior, Sequoia's SpecTree.accept_step): as verify_tree_mss, and
+                      on a rejection also p <- p with the rejected token zeroed, renormalised.
+SpecInfer picks the next child to test at random (its "s ~ rand(H)", line 29).  These verifiers
+test the children in the order given and draw nothing to shuffle them.  For verify_tree_mss that
+is the same law: i.i.d. children are exchangeable, so any order fixed without looking at their
+tokens is as good as a random one.  verify_tree_rrs needs the order they were drawn in: each
+child's law depends on the ones drawn before it (draws without replacement are not exchangeable),
+and a shuffle would break it.  An order that looks at the tokens (sorted by p, say) breaks both:
+hand the children over in the order they were drawn.
+
+Randomness of the tree verifiers.  `rng` is anything whose random() returns a float u in [0, 1);
+nothing else of it is used, and `sample` is as in "Randomness." above.  Each verifier walks down
+from the root and draws, in this order:
+    at the current node (the root first), for each child c in ascending node index:
+        one rng.random() = u for the test of c (below); if it passes, c is accepted: its token
+        is output, c becomes the current node, and its own children are tested next;
+    when the current node has no children, or all of them were rejected, one rng.random() for
+    sample(w), the last token, and stop: w is the node's q row if it has no children (the
+    bonus token), else what the rejections left of it (the recovered token).
+A call that tests m children in all therefore uses m + 1 uniforms.  The test of the i-th child
+c = c_i of a node whose rows are p and q, and the w that is left:
+    verify_tree_topk: accept iff u * max(0, 1 - (q(c_1) + ... + q(c_{i-1}))) < q(c), the sum
+        taken in float64 in the children's order; w = q with its entries at the node's
+        children set to 0 (q itself if that leaves nothing).
+    verify_tree_mss: w = q and S = 1 when the node is reached; accept iff u < w(c) / (S p(c));
+        on rejection r = max(0, w / S - p), and if sum(r) > 0 then w = r and S = sum(r)
+        (else w and S stay).
+    verify_tree_rrs: as verify_tree_mss, with d = p and D = 1 when the node is reached in place
+        of p: accept iff u < (w(c) D) / (S d(c)); on rejection r = max(0, w / S - d / D) as
+        above, then d(c) = 0 and D = sum(d).
+
+Numerical choices for trees, made on purpose:
+- every test is strict: a child with q(c) = 0 (or w(c) = 0 after rejections) is never accepted,
+  even with u = 0; no test divides by 0 (p(c) > 0 is checked, S and D stay positive), and a
+  ratio that overflows to +inf accepts;
+- the all-zero residual: in exact arithmetic a rejection always leaves mass to draw from; when
+  rounding leaves none (p and q one rounding apart, or q summing to slightly under 1), w stays as
+  it was, so the last token comes from the node's q or its last nonzero residual: never NaN,
+  never an id outside [0, V);
+- verify_tree_mss and verify_tree_rrs need p(x) > 0 at every drafted token x (in the row
+  p[parents[i] + 1] it was drawn from), and they check and read only the p rows of the root and of
+  the nodes that have children; verify_tree_topk reads no p row (only p's shape is checked);
+  every q row is checked;
+- duplicate siblings are an error for verify_tree_topk (the rule would count that token's mass
+  twice) and verify_tree_rrs (draws without replacement cannot repeat); verify_tree_mss takes
+  them, as it must: a repeat of a rejected token is rejected (w is 0 there) and updates the
+  residual once more, which i.i.d. draws need.  Merging repeated siblings breaks exactness.
 """
 
 from __future__ import annotations
@@ -420,3 +499,194 @@ def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+
         out.append(int(x_draft[t]))  # line 11: then keep the draft
     out.append(int(best[len(out)]))  # line 12 (the correction after a mismatch) or 14 (the bonus token)
     return np.array(out, dtype=np.int64)
+
+
+# ---------------------------------------------------------------- trees of drafts
+
+def _check_tree_inputs(tokens, parents, p, q, function: str, reads_p: bool,
+                       distinct: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
+    # [N], [N], [N+1, V], [N+1, V] -> tokens, p, q as float64, children[row] (row 0: the root's, row i + 1: node i's)
+    # distinct: None if siblings may repeat, else why they may not (for the error message).
+    tokens, parents = np.asarray(tokens), np.asarray(parents)
+    if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"{function}: tokens must be a 1-D integer array of N >= 1 drafted tokens, "
+                         f"got shape {tokens.shape} dtype {tokens.dtype}")
+    N = tokens.shape[0]
+    if parents.shape != (N,) or not np.issubdtype(parents.dtype, np.integer):
+        raise ValueError(f"{function}: parents must be a 1-D integer array with one entry per node (N = {N}), "
+                         f"got shape {parents.shape} dtype {parents.dtype}")
+    q = np.asarray(q, dtype=np.float64)
+    if not (q.ndim == 2 and q.size > 0 and q.min() >= 0.0
+            and np.abs(np.einsum("ij->i", q) - 1.0).max() <= TOL):  # a fast path for the common case (NaN fails it)
+        q = check_distribution(q, "q (target)")  # says what is wrong (or passes if only the fast sums were off)
+    if q.ndim != 2 or q.shape[0] != N + 1:
+        raise ValueError(f"{function}: q must have shape [N + 1, V] = [{N + 1}, V] (the root's row, then one row "
+                         f"after each node), got {q.shape}")
+    V = q.shape[1]
+    p = np.asarray(p, dtype=np.float64) if reads_p else np.asarray(p)  # (a p that is not read is not converted)
+    if p.shape != (N + 1, V):
+        raise ValueError(f"{function}: p must have shape [N + 1, V] = [{N + 1}, {V}] like q, got {p.shape}")
+    if np.any((tokens < 0) | (tokens >= V)):
+        i = int(np.flatnonzero((tokens < 0) | (tokens >= V))[0])
+        raise ValueError(f"{function}: tokens[{i}] = {tokens[i]} is not a token id in [0, {V})")
+    children = [[] for _ in range(N + 1)]  # children[j + 1]: node j's children in ascending index; [0]: the root's
+    for i, j in enumerate(parents.tolist()):
+        if not -1 <= j < N:
+            raise ValueError(f"{function}: parents[{i}] = {j} is out of range: expected -1 (a child of the root) "
+                             f"or the index of another node, in [0, {N})")
+        if j >= i:
+            raise ValueError(f"{function}: the nodes are not in topological order: parents[{i}] = {j}, but a node's "
+                             f"parent must come before it (expected -1 or an index below {i})")
+        children[j + 1].append(i)
+    x = tokens.tolist()
+    if distinct is not None:
+        for kids in children:
+            seen = {}
+            for i in kids:
+                if x[i] in seen:
+                    raise ValueError(f"{function}: nodes {seen[x[i]]} and {i} are siblings with the same token "
+                                     f"{x[i]}: {distinct}")
+                seen[x[i]] = i
+    if reads_p:
+        for row, kids in enumerate(children):
+            if kids:  # only the rows children were drawn from are read
+                check_distribution(p[row], f"p (draft) row {row}")
+                for i in kids:
+                    if not p[row, x[i]] > 0.0:
+                        raise ValueError(f"{function}: node {i}'s token {x[i]} has p(x) = 0 in the row p[{row}] it was "
+                                         "drawn from: it cannot have been drawn from p")
+    return tokens, p, q, children
+
+
+def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: np.ndarray,
+                     rng: np.random.Generator) -> np.ndarray:  # [N], [N], [N+1, V], [N+1, V] -> [n], 1 <= n <= depth + 1
+    """Target-only verification of a tree of distinct children chosen without the target (EAGLE-2's top-k): the accepted path plus one more token, distributed exactly as the target.
+
+    At a node with children c_1..c_k (ascending node index) and target row q, c_i is accepted
+    with probability q(c_i) / (1 - q(c_1) - ... - q(c_{i-1})), and the walk goes on from it; if
+    none is accepted, the last token is drawn from q with the children's entries set to 0
+    (renormalised); at a node without children it is the bonus token, drawn from q.  So the
+    output at each node is y ~ q, followed into the tree when y is a child: exact however the
+    children were chosen (their draft probabilities are not needed, and p is not read).  This is
+    SpecInfer's rule (verify_tree_mss) with a one-hot draft row at each child, and SGLang's
+    tree_speculative_sampling_target_only at thresholds 1.  Uses rng as the module docstring's
+    "Randomness of the tree verifiers" says: one uniform per child tested, one for the last token.
+
+    Requires: the contract of "Trees of drafts" (tokens [N], N >= 1, parents [N] in topological
+    order, p and q [N+1, V]); q rows that are distributions; distinct siblings.  p is not read,
+    only its shape is checked.
+    """
+    tokens, p, q, children = _check_tree_inputs(
+        tokens, parents, p, q, "verify_tree_topk", reads_p=False,
+        distinct="verify_tree_topk needs distinct siblings (merge them, or use verify_tree_mss for i.i.d. children)")
+    out, row = [], 0  # row: the current node's row, 0 at the root and i + 1 after node i
+    while True:
+        rest = 1.0  # 1 - q(c_1) - ... - q(c_{i-1}): the target's mass not yet tried at this node
+        for i in children[row]:
+            x = int(tokens[i])
+            # accept c_i with probability q(c_i) / rest, tested as u * rest < q(c_i): strict (q = 0 never
+            # passes, even at u = 0) and no division (rest can round to 0 or below: then any q(c_i) > 0 passes).
+            # EAGLE-2's evaluate_posterior writes it as SpecInfer's line 30 with p(c) = 1 (r <= q(c)), then
+            # q(c) <- 0 and q renormalised, which is what dividing by rest does.
+            if rng.random() * max(rest, 0.0) < q[row, x]:
+                out.append(x)  # accepted: the walk goes on from c_i
+                row = i + 1
+                break
+            rest -= q[row, x]
+        else:  # no child accepted (or none to test)
+            w = q[row]
+            if children[row]:
+                w = w.copy()
+                w[tokens[children[row]]] = 0.0  # the recovered token: q without the children's mass
+                if not w.sum() > 0.0:
+                    w = q[row]  # rounding left nothing (documented): q itself
+            out.append(sample(w, rng))  # the recovered token, or the bonus token from the leaf's row
+            return np.array(out, dtype=np.int64)
+
+
+def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:  # [N], [N], [N+1, V], [N+1, V] -> [n], 1 <= n <= depth + 1
+    """SpecInfer's multi-step speculative sampling for a tree of children drawn i.i.d. from the draft: the accepted path plus one more token, distributed exactly as the target.
+
+    At a node with draft row p and target row q, its children c (ascending node index; i.i.d.
+    draws from p, so the order given is as good as SpecInfer's random one) are tested in turn:
+    c is accepted with probability min(1, q(c) / p(c)) and the walk goes on from it; on a
+    rejection q <- norm(max(0, q - p)) and p stays.  If all are rejected the last token is drawn
+    from the last q (the recovered token); at a node without children it is the bonus token,
+    drawn from q.  On a chain (parents = [-1, 0, ..., K-2]) this is `verify`, uniform for uniform.
+    Uses rng as the module docstring's "Randomness of the tree verifiers" says.
+
+    Requires: the contract of "Trees of drafts"; q rows, and the p rows of the root and of nodes
+    with children, that are distributions; p(x) > 0 at every drafted token in the row it was
+    drawn from.  Siblings may repeat.
+    """
+    tokens, p, q, children = _check_tree_inputs(tokens, parents, p, q, "verify_tree_mss", reads_p=True, distinct=None)
+    # SpecInfer's Algorithm 2 (VerifyStochastic, lines 24-44), in Chen's letters: its P(x | u, LLM) is q, its
+    # P(x | u, SSM_s) is p (one draft here for every child).
+    out, row = [], 0  # line 25: u <- the root; row: u's row, 0 at the root and i + 1 after node i
+    while True:  # line 26: while u is a non-leaf node (a leaf falls through to line 42 at once)
+        w, S = q[row], 1.0  # the target's row at u, as weights w with sum S (q counts as normalised)
+        for i in children[row]:  # lines 27-28: H = child(u); line 29: s ~ rand(H), here in the order drawn
+            x = int(tokens[i])
+            # lines 29-30: r ~ U(0, 1); if r <= q(x_s) / p(x_s): strict here, so q = 0 is never accepted
+            if rng.random() < w[x] / (S * p[row, x]):
+                out.append(x)  # lines 32-34: V.append(x_s), u = s, break
+                row = i + 1
+                break
+            # line 37: q := norm(max(0, q - p)), kept unnormalised as w with its sum S (w / 1.0 is w: skipped);
+            # line 38: H.pop(s) is the for loop moving on
+            r = (w if S == 1.0 else w / S) - p[row]
+            np.maximum(r, 0.0, out=r)
+            s = r.sum()
+            if s > 0.0:  # else rounding left nothing: w stays (documented)
+                w, S = r, s
+        else:  # lines 39-43: H is empty (all rejected) or u is a leaf: x_next ~ q, V.append(x_next)
+            out.append(sample(w, rng))
+            return np.array(out, dtype=np.int64)
+
+
+def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: np.ndarray,
+                    rng: np.random.Generator) -> np.ndarray:  # [N], [N], [N+1, V], [N+1, V] -> [n], 1 <= n <= depth + 1
+    """Recursive rejection sampling (Jeon et al. 2024) for a tree of children drawn from the draft without replacement: the accepted path plus one more token, distributed exactly as the target.
+
+    As verify_tree_mss, with one more step after each rejection: at a node with draft row p and
+    target row q, child c (ascending node index, which must be the order the children were drawn
+    in) is accepted with probability min(1, q(c) / p(c));
+    on a rejection q <- norm(max(0, q - p)), then p <- p with p(c) set to 0, renormalised (the
+    law the next child was drawn from).  If all are rejected the last token is drawn from the
+    last q; at a node without children it is the bonus token, drawn from q.  EAGLE-1's
+    evaluate_posterior and Sequoia's SpecTree.accept_step verify this way.  Uses rng as the
+    module docstring's "Randomness of the tree verifiers" says.
+
+    Requires: the contract of "Trees of drafts"; q rows, and the p rows of the root and of nodes
+    with children, that are distributions; p(x) > 0 at every drafted token in the row it was
+    drawn from; distinct siblings.
+    """
+    tokens, p, q, children = _check_tree_inputs(
+        tokens, parents, p, q, "verify_tree_rrs", reads_p=True,
+        distinct="children drawn without replacement cannot repeat (use verify_tree_mss for i.i.d. children)")
+    out, row = [], 0  # row: the current node's row, 0 at the root and i + 1 after node i
+    while True:
+        w, S = q[row], 1.0  # the target's row as weights w with sum S (q counts as normalised)
+        d, D, copied = p[row], 1.0, False  # the draft's row without the rejected children: weights d, sum D
+        for i in children[row]:
+            x = int(tokens[i])
+            # as SpecInfer's line 30: accept iff u < q(x) / p(x), with the current q and p; strict
+            if rng.random() < (w[x] * D) / (S * d[x]):
+                out.append(x)  # accepted: the walk goes on from x
+                row = i + 1
+                break
+            # rejected: q <- norm(max(0, q - p)) (SpecInfer's line 37) with the current q = w / S and p = d / D
+            # (a division by 1.0 skipped); then the step recursive rejection sampling adds: p <- norm(p without x)
+            r = (w if S == 1.0 else w / S) - (d if D == 1.0 else d / D)
+            np.maximum(r, 0.0, out=r)
+            s = r.sum()
+            if s > 0.0:  # else rounding left nothing: w stays (documented)
+                w, S = r, s
+            if not copied:  # at the first rejection d is still the caller's row
+                d, copied = d.copy(), True
+            d[x] = 0.0  # without replacement, the next child was drawn from p without x
+            D = d.sum()  # > 0: the next child x' is another token with d(x') = p(x') > 0
+        else:  # all rejected (or a leaf): the last token from the last q
+            out.append(sample(w, rng))
+            return np.array(out, dtype=np.int64)

@@ -1,0 +1,319 @@
+"""The tree verifiers of specref.mrs (verify_tree_topk, verify_tree_mss, verify_tree_rrs): contract, input
+checks, the edges with injected uniforms, the documented order of uniforms, a chain is `verify`, and speed.
+
+Their laws are proven in tests/proof/test_tree_laws.py and their portable vectors checked in
+tests/core/test_mrs_tree_vectors.py.  Chen's letters: p = draft, q = target.
+"""
+
+import inspect
+import time
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from specref import mrs
+from specref.proof import stats, tree, tree_vectors
+from specref.proof.vectors import ListedUniforms
+
+VERIFIERS = [mrs.verify_tree_topk, mrs.verify_tree_mss, mrs.verify_tree_rrs]
+NAMES = [f.__name__ for f in VERIFIERS]
+# A six-node tree: the root's children 0 (token 0) and 1 (token 1); 2, 3 under node 0; 4, 5 under node 1.
+TOKENS, PARENTS = np.array([0, 1, 2, 3, 1, 3]), np.array([-1, -1, 0, 0, 1, 1])
+P = np.tile([0.4, 0.3, 0.2, 0.1], (7, 1))
+Q = np.tile([0.3, 0.45, 0.1, 0.15], (7, 1))
+
+
+def _random_tree(rng, N: int, V: int, distinct: bool) -> tuple[np.ndarray, np.ndarray]:
+    """N nodes, each with a random earlier parent (or the root); siblings distinct if asked (then V >= N)."""
+    parents = np.array([rng.integers(-1, i) for i in range(N)])
+    tokens = np.zeros(N, dtype=np.int64)
+    for j in range(-1, N):
+        kids = np.flatnonzero(parents == j)
+        tokens[kids] = rng.choice(V, size=len(kids), replace=not distinct)
+    return tokens, parents
+
+
+def _rows(rng, n: int, V: int, zeros: float = 0.3) -> np.ndarray:  # [n, V] Dirichlet rows with zeros
+    rows = rng.dirichlet(np.ones(V), size=n) * (rng.random((n, V)) >= zeros)
+    rows[np.arange(n), rng.integers(0, V, n)] += 0.1  # every row keeps a token
+    return rows / rows.sum(axis=1, keepdims=True)
+
+
+def _drafted_rows(rng, tokens, parents, V):  # p [N+1, V] with p(x) > 0 at each drafted token
+    p = _rows(rng, len(tokens) + 1, V)
+    p[parents + 1, tokens] += 0.2
+    return p / p.sum(axis=1, keepdims=True)
+
+
+# ---------------------------------------------------------------- the contract
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_output_is_a_path_from_the_root_then_one_token(verify):
+    rng = np.random.default_rng(1)
+    for _ in range(150):
+        V, N = int(rng.integers(2, 7)), int(rng.integers(1, 9))
+        tokens, parents = _random_tree(rng, N, max(V, N), distinct=True)
+        V = max(V, N)
+        p, q = _drafted_rows(rng, tokens, parents, V), _rows(rng, N + 1, V)
+        out = verify(tokens, parents, p, q, rng)
+        assert out.ndim == 1 and out.dtype == np.int64 and 1 <= len(out) <= tree.depth(parents) + 1
+        node = -1
+        for x in out[:-1]:  # each accepted token is a child of the node before it
+            kids = [i for i in np.flatnonzero(parents == node) if tokens[i] == x]
+            assert kids, (out, tokens, parents)
+            node = kids[0]
+        assert 0 <= out[-1] < V and q[node + 1, out[-1]] > 0  # the last token: one the deepest node's q allows
+
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_inputs_are_not_changed(verify):
+    tokens, parents, p, q = TOKENS.copy(), PARENTS.copy(), P.copy(), Q.copy()
+    rng = np.random.default_rng(2)
+    for _ in range(50):
+        verify(tokens, parents, p, q, rng)
+    assert (tokens == TOKENS).all() and (parents == PARENTS).all() and (p == P).all() and (q == Q).all()
+
+
+def _bad(verify, match, tokens=TOKENS, parents=PARENTS, p=P, q=Q):
+    with pytest.raises(ValueError, match=match) as e:
+        verify(np.asarray(tokens), np.asarray(parents), np.asarray(p, dtype=float), np.asarray(q, dtype=float),
+               np.random.default_rng(0))
+    print(f"{verify.__name__}: {e.value}")
+
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_bad_input_is_a_clear_value_error(verify):
+    _bad(verify, r"not in topological order: parents\[1\] = 1", parents=[-1, 1, 0, 0, 1, 1])
+    _bad(verify, r"not in topological order: parents\[2\] = 3", parents=[-1, -1, 3, 0, 1, 1])
+    _bad(verify, r"parents\[0\] = -2 is out of range", parents=[-2, -1, 0, 0, 1, 1])
+    _bad(verify, r"parents\[5\] = 6 is out of range", parents=[-1, -1, 0, 0, 1, 6])
+    _bad(verify, r"parents must be a 1-D integer array with one entry per node \(N = 6\)", parents=[-1, -1, 0])
+    _bad(verify, r"parents must be a 1-D integer array", parents=[-1.0, -1, 0, 0, 1, 1])
+    _bad(verify, r"tokens\[2\] = 4 is not a token id in \[0, 4\)", tokens=[0, 1, 4, 3, 1, 3])
+    _bad(verify, r"tokens\[0\] = -1 is not a token id", tokens=[-1, 1, 2, 3, 1, 3])
+    _bad(verify, r"tokens must be a 1-D integer array of N >= 1", tokens=[])
+    _bad(verify, r"tokens must be a 1-D integer array", tokens=[0.0, 1, 2, 3, 1, 3])
+    _bad(verify, r"q \(target\) does not sum to 1", q=Q * 1.5)
+    _bad(verify, r"q \(target\) has negative probabilities", q=Q + np.array([[0.5, -0.5, 0, 0]]))
+    _bad(verify, r"q \(target\) contains NaN", q=np.where(np.arange(4) == 2, np.nan, Q))
+    _bad(verify, r"q must have shape \[N \+ 1, V\] = \[7, V\]", q=Q[:6])
+    _bad(verify, r"p must have shape \[N \+ 1, V\] = \[7, 4\] like q", p=P[:, :3])
+    _bad(verify, r"p must have shape \[N \+ 1, V\] = \[7, 4\] like q", p=P[:6])
+
+
+@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+def test_p_is_checked_where_it_is_read(verify):
+    _bad(verify, r"p \(draft\) row 1 does not sum to 1", p=np.vstack([P[:1], P[1:2] * 2, P[2:]]))
+    _bad(verify, r"node 3's token 3 has p\(x\) = 0 in the row p\[1\] it was drawn from",
+         p=np.vstack([P[:1], [[0.5, 0.25, 0.25, 0.0]], P[2:]]))
+    # the rows of the leaves (nodes 2-5: rows 3-6) are not read: anything of the right shape goes
+    out = verify(TOKENS, PARENTS, np.vstack([P[:3], np.full((4, 4), np.nan)]), Q, np.random.default_rng(0))
+    assert out.ndim == 1
+
+
+def test_topk_reads_no_p_row():
+    out = mrs.verify_tree_topk(TOKENS, PARENTS, np.full((7, 4), np.nan), Q, np.random.default_rng(0))
+    assert out.ndim == 1
+    _bad(mrs.verify_tree_topk, r"p must have shape", p=np.full((7, 3), np.nan))
+
+
+def test_duplicate_siblings_are_refused_where_the_rule_forbids_them():
+    dup = [0, 1, 2, 2, 1, 3]  # nodes 2 and 3, both children of node 0, have token 2
+    _bad(mrs.verify_tree_topk, r"nodes 2 and 3 are siblings with the same token 2: verify_tree_topk needs distinct", dup)
+    _bad(mrs.verify_tree_rrs, r"nodes 2 and 3 are siblings with the same token 2: children drawn without replacement",
+         dup)
+    out = mrs.verify_tree_mss(np.array(dup), PARENTS, P, Q, np.random.default_rng(0))  # i.i.d. draws repeat
+    assert out.ndim == 1
+    # the same token under different parents is no duplicate
+    for verify in VERIFIERS:
+        verify(np.array([0, 1, 2, 3, 2, 3]), PARENTS, P, Q, np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_public_functions_state_what_they_do_and_require(name):
+    doc = inspect.getdoc(getattr(mrs, name))
+    summary = doc.split("\n\n")[0]
+    assert "\n" not in summary and summary.endswith("."), summary  # a one-sentence summary line
+    assert "Requires" in doc, doc
+
+
+def test_the_module_docstring_says_why_the_trees_live_in_mrs_py_and_how_they_draw():
+    doc = mrs.__doc__
+    assert "live here, not in a sibling file, because they share `sample`" in doc
+    order = tree_vectors.uniform_order()
+    assert order[0].startswith("Randomness of the tree verifiers.") and any("verify_tree_rrs:" in line for line in order)
+
+
+# ---------------------------------------------------------------- edges, with injected uniforms
+
+def _run(verify, tokens, parents, p, q, uniforms):
+    rng = ListedUniforms(uniforms)
+    out = verify(np.array(tokens), np.array(parents), np.array(p, dtype=float), np.array(q, dtype=float), rng)
+    rng.check_all_used()
+    return [int(y) for y in out]
+
+
+U4 = [0.25, 0.25, 0.25, 0.25]
+LEAF = [0.1, 0.2, 0.3, 0.4]
+
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_a_child_with_q_zero_is_never_accepted_even_at_u_zero(verify):
+    q0 = [0.0, 0.5, 0.25, 0.25]  # q(0) = 0
+    # child token 0 tested with u = 0: rejected; child token 1 then tested with u = 0: accepted (q > 0)
+    assert _run(verify, [0, 1], [-1, -1], [U4] * 3, [q0, LEAF, LEAF], [0.0, 0.0, 0.0]) == [1, 0]
+    # as the only child: rejected at u = 0, and the last token (u = 0) is the first token with mass in q
+    assert _run(verify, [0], [-1], [U4] * 2, [q0, LEAF], [0.0, 0.0]) == [1]
+
+
+def test_topk_boundaries_are_strict():
+    q = [0.25, 0.375, 0.25, 0.125]  # children 0 and 1: c_1 against .25, c_2 against .375 / .75 = .5
+    kids = dict(tokens=[0, 1], parents=[-1, -1], p=[U4] * 3)
+    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, 0.5, 0.0]) == [2]  # both on: rejected
+    below = np.nextafter(0.25, 0)
+    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[below, 0.0]) == [0, 0]
+    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, np.nextafter(0.5, 0), 0.0]) == [1, 0]
+    # the recovered token: q without 0 and 1 is [0, 0, .25, .125] / .375; u = 2/3 sits on the step: the next token
+    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.5, 0.75, 2 / 3]) == [3]
+
+
+@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+def test_ratio_boundaries_are_strict(verify):
+    p, q = [0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25]  # child 0: q/p = .5
+    # u = .5 on the boundary: rejected; the residual is [0, 0, .125, .125] / .25, and u = 0 gives its first token
+    assert _run(verify, [0], [-1], [p, U4], [q, LEAF], [0.5, 0.0]) == [2]
+    assert _run(verify, [0], [-1], [p, U4], [q, LEAF], [np.nextafter(0.5, 0), 0.0]) == [0, 0]
+    # u = .5 on the residual's step gives token 3
+    assert _run(verify, [0], [-1], [p, U4], [q, LEAF], [0.9, 0.5]) == [3]
+
+
+@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+def test_p_equals_q_accepts_every_first_child(verify):
+    rng = np.random.default_rng(4)
+    top = np.nextafter(1.0, 0)  # the largest uniform below 1
+    for _ in range(100):
+        tokens, parents = _random_tree(rng, 7, 8, distinct=True)
+        p = _drafted_rows(rng, tokens, parents, 8)
+        path, node = [], -1
+        while (kids := np.flatnonzero(parents == node)).size:
+            node = int(kids[0])  # the first child, accepted even with the largest u
+            path.append(int(tokens[node]))
+        listed = ListedUniforms([], tail=top)
+        out = verify(tokens, parents, p, p, listed)
+        assert out[:-1].tolist() == path and listed.used == len(path) + 1
+
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_an_all_zero_residual_gives_a_token_of_the_row_never_nan(verify):
+    near = 1 - 1e-6  # q one rounding-sized step under p: inside TOL, and max(0, q - p) is all zero
+    p = [0.4, 0.3, 0.2, 0.1]
+    q = [v * near for v in p] if verify is not mrs.verify_tree_topk else [0.5 * near, 0.5 * near, 0, 0]
+    tokens = [1] if verify is not mrs.verify_tree_topk else [0, 1]
+    parents = [-1] * len(tokens)
+    for u in [0.0, 0.3, 0.7, np.nextafter(1.0, 0)]:
+        out = _run(verify, tokens, parents, [p] + [U4] * len(tokens), [q] + [LEAF] * len(tokens),
+                   [np.nextafter(1.0, 0)] * len(tokens) + [u])
+        assert len(out) == 1 and q[out[0]] > 0, out  # rejected, then a token q gives mass to
+
+
+@pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
+def test_large_vocabulary_p_equals_q_no_nan_and_ids_in_range(verify):
+    V, rng = 49_152, np.random.default_rng(5)
+    tokens, parents = np.arange(16), np.array([-1] * 4 + [i for i in range(4) for _ in range(3)])
+    p = rng.dirichlet(np.full(V, 0.05), size=17)
+    p[parents + 1, tokens] += 1e-3
+    p /= p.sum(axis=1, keepdims=True)
+    with np.errstate(all="raise"):
+        for q in (p, rng.dirichlet(np.full(V, 0.05), size=17)):
+            for _ in range(8):
+                out = verify(tokens, parents, p, q, rng)
+                assert ((0 <= out) & (out < V)).all()
+
+
+# ---------------------------------------------------------------- the documented order of uniforms
+
+@pytest.mark.parametrize("function", tree_vectors.FUNCTIONS)
+def test_float_code_is_the_documented_rule_uniform_for_uniform(function):
+    """Random trees and uniforms: specref.mrs draws as many uniforms as the exact replay of the documented rule
+    (tree_vectors.exact_walk, in fractions) and returns the same tokens, wherever no uniform is within 1e-9 of a
+    boundary (the others are counted, not compared)."""
+    verify, rng, close, compared = getattr(mrs, function), np.random.default_rng(6), 0, 0
+    for _ in range(150):
+        V, N = int(rng.integers(2, 6)), int(rng.integers(1, 8))
+        distinct = function != "verify_tree_mss"
+        tokens, parents = _random_tree(rng, N, max(V, N) if distinct else V, distinct)
+        V = max(V, N) if distinct else V
+        p, q = _drafted_rows(rng, tokens, parents, V), _rows(rng, N + 1, V)
+        uniforms = list(rng.random(N + 1))
+        listed = ListedUniforms(uniforms)
+        out = [int(y) for y in verify(tokens, parents, p, q, listed)]
+        exact, _, margin = tree_vectors.exact_walk(function, tokens.tolist(), parents.tolist(), p.tolist(),
+                                                   q.tolist(), uniforms[:listed.used])
+        if margin < tree_vectors.MARGIN:
+            close += 1
+            continue
+        compared += 1
+        assert out == exact, (tokens, parents, uniforms)
+    print(f"{function}: {compared} calls compared, {close} left out (a uniform within 1e-9 of a boundary)")
+    assert compared >= 145
+
+
+# ---------------------------------------------------------------- a chain is verify
+
+@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+def test_a_chain_is_verify_uniform_for_uniform(verify):
+    rng = np.random.default_rng(7)
+    for _ in range(150):
+        K, V = int(rng.integers(1, 6)), int(rng.integers(2, 7))
+        p, q = _rows(rng, K + 1, V, 0.2), _rows(rng, K + 1, V, 0.2)
+        x = np.array([mrs.sample(p[t], rng) for t in range(K)])
+        seed = int(rng.integers(2**32))
+        chain = verify(x, np.arange(K) - 1, p, q, np.random.default_rng(seed))
+        np.testing.assert_array_equal(chain, mrs.verify(x, p[:K], q, np.random.default_rng(seed)))
+
+
+def test_a_chain_through_mss_has_verify_law_exactly():
+    """tree.MSS.law (the rule of verify_tree_mss, in fractions) on a chain equals stats.token_call_law (verify's law)
+    for fixed drafts, and with the drafts drawn (widths 1, 1, 1) equals stats.call_law of verify, exactly."""
+    for seed in range(6):
+        draft, target = tree.context_rows(seed, zeros=0.2)
+        K = 3
+        for x in [(0, 1, 2), (3, 3, 0), (1, 0, 1)]:
+            p = [draft(x[:t]) for t in range(K)] + [draft(x)]
+            q = [target(x[:t]) for t in range(K + 1)]
+            if any(p[t][x[t]] == 0 for t in range(K)):
+                continue
+            assert tree.MSS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
+            assert tree.RRS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
+        drawn = tree.call_law(tree.MSS.law, "iid", draft, target, (1, 1, 1))
+        assert drawn == stats.call_law(stats.token_call_law, draft, target, K, 4)
+        assert isinstance(next(iter(drawn.values())), Fraction)
+
+
+# ---------------------------------------------------------------- speed
+
+def test_a_sixteen_node_tree_over_a_large_vocabulary_is_fast():
+    """One call on a 16-node tree (4 children at the root, 3 under each) over V = 49 152: printed, and bounded
+    generously (a decode step of the model is 25-50 ms; the bound catches a slow path, not noise)."""
+    V, rng = 49_152, np.random.default_rng(8)
+    parents = np.array([-1] * 4 + [i for i in range(4) for _ in range(3)])
+    logits = rng.standard_normal((17, V)) * 3
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    q = np.exp(logits + 0.7 * rng.standard_normal((17, V)))
+    q /= q.sum(axis=1, keepdims=True)
+    draws = {"topk": [], "iid": []}
+    for j in parents:  # top-k children for topk and rrs, i.i.d. for mss
+        taken = [t for t, jj in zip(draws["topk"], parents) if jj == j]
+        draws["topk"].append(int(next(t for t in np.argsort(-p[j + 1]) if t not in taken)))
+        draws["iid"].append(mrs.sample(p[j + 1], rng))
+    for verify, kind in [(mrs.verify_tree_topk, "topk"), (mrs.verify_tree_mss, "iid"), (mrs.verify_tree_rrs, "topk")]:
+        tokens = np.array(draws[kind])
+        times = []
+        for _ in range(60):
+            start = time.perf_counter()
+            verify(tokens, parents, p, q, rng)
+            times.append(time.perf_counter() - start)
+        print(f"{verify.__name__}: median {np.median(times) * 1e3:.3f} ms, best {min(times) * 1e3:.3f} ms")
+        assert np.median(times) < 0.01
