@@ -122,7 +122,8 @@ def _kill_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
 
 class Lab:
     """A JupyterLab server on 127.0.0.1, a random free port and a random token, serving a temporary
-    copy of notebooks/*.ipynb; `env` is added to the server's environment (its kernels inherit it)."""
+    copy of notebooks/*.ipynb and of notebooks/solutions/ (the exercises import the solutions from there);
+    `env` is added to the server's environment (its kernels inherit it)."""
 
     def __init__(self, env: dict | None = None, notebooks=None):
         self.env = env or {}
@@ -136,6 +137,8 @@ class Lab:
         served.mkdir()
         for nb in self.notebooks:
             shutil.copy(nb, served / nb.name)
+        shutil.copytree(ROOT / "notebooks" / "solutions", served / "solutions",
+                        ignore=shutil.ignore_patterns("__pycache__"))
         settings = self.tmp / "settings"
         for name, value in SETTINGS.items():
             path = settings / name
