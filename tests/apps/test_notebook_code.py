@@ -359,3 +359,211 @@ def test_rollback_cell_leaves_no_trace_of_rejected_drafts(smollm2):
     no_rollback.greedy_loop(smollm2, prompt, tok.encode("The capital of Germany"))
     assert smollm2.cache.length == len(prompt) + 4                       # ' Germany' is still in the cache
     assert np.abs(decode_step(smollm2, kept[-1]) - fresh_logits).max() > 1.0
+
+
+# ---------------------------------------------------------------- notebook 08: trees of drafts, written out
+
+from fractions import Fraction  # noqa: E402
+from itertools import permutations  # noqa: E402
+
+from specref.proof import tree, tree_vectors  # noqa: E402
+from specref.smollm2 import model as smollm2_model  # noqa: E402  (tree_mask and tree_depths: no weights are loaded)
+
+TREE_DOC = json.loads(tree_vectors.PATH.read_text())
+TREE_RULES = {"topk": mrs.verify_tree_topk, "mss": mrs.verify_tree_mss, "rrs": mrs.verify_tree_rrs}
+TREE_DRAWN = {"topk": "topk", "mss": "iid", "rrs": "without_replacement"}  # how each rule's children are drawn
+TREE_LAWS = {"topk": tree.TOPK, "iid": tree.MSS, "without_replacement": tree.RRS}  # the exact rule for each drawing
+# Each cell goes on to run its functions on the notebook's own examples; only the functions are tested here.
+TREE_VERIFY = notebook_cell("08_trees", "def verify_tree(tokens, parents, p, q, rng, rule)")
+TREE_VERIFY = TREE_VERIFY[:TREE_VERIFY.index("\nLIBRARY = ")]
+TREE_COUPLING = notebook_cell("08_trees", "def accept_chance(p, q, k, children)")
+TREE_COUPLING = TREE_COUPLING[:TREE_COUPLING.index("\ng = np.random.default_rng(5)")]
+TREE_NODE = notebook_cell("08_trees", "def node(xs, p, q, rule)")
+TREE_NODE = TREE_NODE[:TREE_NODE.index("\nnames = ")]
+TREE_MASK = notebook_cell("08_trees", "def tree_mask(parents)")
+TREE_MASK = TREE_MASK[:TREE_MASK.index("\nprefix_words = ")]
+TREE_EXPECTED = notebook_cell("08_trees", "def expected_tokens(parents, children, draft_row, target_row)")
+TREE_EXPECTED = TREE_EXPECTED[:TREE_EXPECTED.index("\n# the recursion against")]
+
+
+def _notebook_08(verify=TREE_VERIFY, coupling=TREE_COUPLING, node=TREE_NODE, mask=TREE_MASK,
+                 expected=TREE_EXPECTED) -> SimpleNamespace:
+    """The functions of notebook 08's cells, run in one namespace as the notebook runs them (later cells use
+    earlier cells' helpers)."""
+    namespace = {"np": np, "tree": tree, "F": Fraction, "permutations": permutations}
+    for source in (verify, coupling, node, mask, expected):
+        exec(compile(source, "<notebook 08 cell>", "exec"), namespace)
+    return SimpleNamespace(**{k: v for k, v in namespace.items() if not k.startswith("__")})
+
+
+def _as_mrs(cell) -> SimpleNamespace:
+    """The cell's verify_tree under the library's three names (for tree_vectors.mismatches)."""
+    return SimpleNamespace(**{f.__name__: (lambda rule: lambda *args: cell.verify_tree(*args, rule))(rule)
+                              for rule, f in TREE_RULES.items()})
+
+
+def _tree_inputs(cell, rule: str, seed: int = 34, cases: int = 300):
+    """Random trees drawn the rule's way (the cell's own random_trees), with edges on purpose: p == q at every
+    row, and the target giving 0 to a drafted token at the root."""
+    for case, (tokens, parents, p, q) in enumerate(cell.random_trees(TREE_DRAWN[rule], cases, seed)):
+        if case % 4 == 1:
+            q = p.copy()  # p == q: mss and rrs accept the first child everywhere
+        if case % 5 == 2:
+            q = q.copy()
+            q[0, tokens[0]] = 0.0  # a child of the root the target forbids
+            q[0] = q[0] / q[0].sum() if q[0].sum() > 0 else np.eye(q.shape[1])[(tokens[0] + 1) % q.shape[1]]
+        yield tokens, parents, p, q, case
+
+
+def _tree_mismatches(cell, rule: str, cases: int = 300) -> list:
+    found = tree_vectors.mismatches(TREE_DOC, _as_mrs(cell), only=TREE_RULES[rule].__name__)
+    for tokens, parents, p, q, seed in _tree_inputs(cell, rule, cases=cases):
+        ours = cell.verify_tree(tokens, parents, p, q, np.random.default_rng(seed), rule)
+        if ours.tolist() != TREE_RULES[rule](tokens, parents, p, q, np.random.default_rng(seed)).tolist():
+            found.append((tokens.tolist(), parents.tolist(), seed))
+    return found
+
+
+@pytest.mark.parametrize("rule", TREE_RULES)
+def test_notebook_tree_verifier_equals_the_library_and_the_vectors(rule):
+    assert sum(c["function"] == TREE_RULES[rule].__name__ for c in TREE_DOC["cases"]) >= 5
+    assert _tree_mismatches(_notebook_08(), rule) == []
+
+
+@pytest.mark.parametrize("rule, old, new", [
+    ("topk", "                rest -= q[row, x]\n", ""),                          # each child against all of q
+    ("mss", "r = np.maximum(w - d, 0.0)", "r = w.copy()"),                         # no residual after a rejection
+    ("rrs", "                    d[x] = 0.0\n", ""),                               # p not zeroed at a rejected child
+])
+def test_negative_control_a_misread_tree_verifier_is_caught(rule, old, new):
+    assert old in TREE_VERIFY
+    assert _tree_mismatches(_notebook_08(verify=TREE_VERIFY.replace(old, new)), rule, cases=100)
+
+
+def _fraction_row(rng, V: int, zeros: float = 0.3) -> list:
+    w = np.where(rng.random(V) < zeros, 0, rng.integers(1, 10, size=V))
+    if not w.any():
+        w[rng.integers(V)] = 1
+    return [Fraction(int(v), int(w.sum())) for v in w]
+
+
+def _node_cases(rule: str, seed: int = 8, cases: int = 400):
+    """(children's tokens, p, q) in fractions, with zeros in both rows; children as the rule allows them."""
+    rng = np.random.default_rng(seed)
+    for _ in range(cases):
+        V = int(rng.integers(2, 6))
+        p, q = _fraction_row(rng, V), _fraction_row(rng, V)
+        live = [x for x in range(V) if p[x] > 0]
+        k = int(rng.integers(1, V + 1))
+        if rule == "topk":
+            xs = [int(x) for x in rng.permutation(V)[:k]]  # distinct, chosen in any way
+        elif rule == "mss":
+            xs = [int(rng.choice(live)) for _ in range(k)]  # i.i.d.: repeats allowed
+        else:
+            xs = [int(x) for x in rng.permutation(live)[:k]]  # without replacement
+        yield tuple(xs), p, q
+
+
+def _node_differences(cell, rule: str) -> list:
+    found = []
+    for xs, p, q in _node_cases(rule):
+        accepted, none, last, _ = cell.node(xs, p, q, rule)
+        ref_accepts, ref_none, ref_last = tree.Rule(rule).node(xs, p, q)
+        ours = [(a, k) for k, a in enumerate(accepted) if a > 0]
+        theirs = [(a, k) for a, k in ref_accepts if a > 0]
+        if ours != theirs or none != ref_none or (none > 0 and last != [v / sum(ref_last) for v in ref_last]):
+            found.append((xs, p, q))
+    return found
+
+
+@pytest.mark.parametrize("rule", TREE_RULES)
+def test_notebook_fraction_node_equals_proof_tree_rule(rule):
+    assert _node_differences(_notebook_08(), rule) == []
+
+
+def test_negative_control_a_fraction_node_without_zeroing_p_is_caught():
+    old = "d = [F(0) if y == x else dy for y, dy in enumerate(d)]"
+    assert old in TREE_NODE
+    assert _node_differences(_notebook_08(node=TREE_NODE.replace(old, "d = list(d)")), "rrs")
+
+
+def _random_parents(rng, N: int) -> list[int]:
+    return [int(rng.integers(-1, i)) for i in range(N)]
+
+
+def _mask_differences(cell) -> int:
+    rng, differ = np.random.default_rng(3), 0
+    for _ in range(300):
+        parents = _random_parents(rng, int(rng.integers(1, 13)))
+        mask = np.where(cell.tree_mask(parents), np.float32(0), np.float32(-np.inf))
+        differ += not (np.array_equal(mask, smollm2_model.tree_mask(parents))
+                       and cell.tree_depths(parents).tolist() == smollm2_model.tree_depths(parents).tolist())
+    return differ
+
+
+def test_notebook_tree_mask_and_depths_equal_the_model():
+    cell = _notebook_08()
+    assert _mask_differences(cell) == 0
+    chain = list(range(-1, 7))  # a chain: the causal mask, depths 0, 1, 2, ...
+    assert np.array_equal(np.where(cell.tree_mask(chain), 0, -np.inf), smollm2_model.causal_mask(8))
+
+
+def test_negative_control_a_mask_of_parents_only_is_caught():
+    old = "sees[i] |= sees[j]"
+    assert old in TREE_MASK
+    assert _mask_differences(_notebook_08(mask=TREE_MASK.replace(old, "sees[i, j] = True"))) > 0
+
+
+def _coupling_differences(cell) -> float:
+    """Largest |accept_chance - P(a child accepted)|, the latter from tree.call_law in fractions (every draw of the
+    children, each with the rule's exact law), over random rows with zeros."""
+    rng, worst = np.random.default_rng(5), 0.0
+    for _ in range(60):
+        V = int(rng.integers(2, 6))
+        p, q = _fraction_row(rng, V, 0.2), _fraction_row(rng, V, 0.2)
+        for children in tree.CHILDREN:
+            for k in range(1, 4):
+                law = tree.call_law(TREE_LAWS[children].law, children, lambda prefix: p, lambda prefix: q, (k,))
+                exact = sum(v for out, v in law.items() if len(out) == 2)
+                ours = cell.accept_chance(np.array(p, dtype=float), np.array(q, dtype=float), k, children)
+                assert np.isfinite(ours), (p, q, k, children)
+                worst = max(worst, abs(ours - float(exact)))
+    return worst
+
+
+def test_notebook_accept_chance_is_the_exact_law():
+    assert _coupling_differences(_notebook_08()) < 1e-12
+
+
+def test_negative_control_accept_chance_without_the_residual_is_caught():
+    old = "w_next = r / r.sum() if r.sum() > 0 else w"
+    assert old in TREE_COUPLING
+    assert _coupling_differences(_notebook_08(coupling=TREE_COUPLING.replace(old, "w_next = w"))) > 1e-3
+
+
+TREE_SHAPES = {(1, 1, 1): [-1, 0, 1], (2, 1): [-1, -1, 0, 1], (3,): [-1, -1, -1], (2, 2): [-1, -1, 0, 0, 1, 1]}
+
+
+def _expected_differences(cell) -> float:
+    """Largest |expected_tokens - E[tokens]| of tree.call_law, on random context models over V = 3 tokens."""
+    worst = 0.0
+    for seed in range(3):
+        target, other = cell.dirichlet_model(10 + seed, 3, 0.5), cell.dirichlet_model(20 + seed, 3, 0.5)
+        draft = cell.mixture(0.3 * seed + 0.2, target, other)
+        for widths, parents in TREE_SHAPES.items():
+            for children, rule in TREE_LAWS.items():
+                law = tree.call_law(rule.law, children, draft, target, widths)
+                ours = cell.expected_tokens(parents, children, draft, target)
+                assert np.isfinite(ours), (seed, parents, children)
+                worst = max(worst, abs(stats.expected_tokens(law) - ours))
+    return worst
+
+
+def test_notebook_expected_tokens_is_the_exact_law():
+    assert _expected_differences(_notebook_08()) < 1e-12
+
+
+def test_negative_control_expected_tokens_without_zeroing_p_is_caught():
+    old = "                    d_next[x] = 0.0\n"
+    assert old in TREE_EXPECTED
+    assert _expected_differences(_notebook_08(expected=TREE_EXPECTED.replace(old, ""))) > 1e-3

@@ -28,7 +28,7 @@ from specref.notebooks import execute
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
 EXPECTED = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
-            "06_making_a_draft", "07_block_verification"]
+            "06_making_a_draft", "07_block_verification", "08_trees"]
 PAIRS = [(NOTEBOOKS_DIR / f"{name}.py", NOTEBOOKS_DIR / f"{name}.ipynb") for name in EXPECTED]
 PAIR_IDS = EXPECTED
 

@@ -30,7 +30,7 @@ from specref.notebooks.quick import quick_mode
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
 EXPECTED = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
-            "06_making_a_draft", "07_block_verification"]
+            "06_making_a_draft", "07_block_verification", "08_trees"]
 
 
 def test_all_notebooks_present():
