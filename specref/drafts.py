@@ -15,6 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specref.protocol import check_tokens
+from specref.sampling import draw_children
 
 
 class _RowModel:
@@ -163,6 +164,24 @@ class PromptLookupDraft(_RowModel):
         m, i = self.match(tokens)
         return int(tokens[i]) if m else int(tokens[-1])
 
+    def candidates(self, tokens: np.ndarray, k: int) -> list[int]:
+        """Up to k distinct tokens the copy proposes after `tokens`, best first, for a tree of drafts
+        (`specref.sampling.draft_tree`): the tokens that followed the earlier occurrences of the longest
+        matching suffix, the latest occurrence first (the first is `propose`'s token), then those of
+        shorter suffixes.  With no match: the last token again, or with adaptive=True (matches of
+        MIN_MATCH tokens or more only) nothing.  Deterministic, so verify_tree_topk verifies them."""
+        tokens = check_tokens(tokens, self.V)
+        L, out = len(tokens), []
+        for m in range(min(self.n, L - 1), (self.MIN_MATCH if self.adaptive else 1) - 1, -1):
+            windows = sliding_window_view(tokens[: L - 1], m)  # [L - m, m]; each has a follower
+            for hit in np.flatnonzero((windows == tokens[L - m:]).all(axis=1))[::-1]:  # the latest first
+                token = int(tokens[hit + m])
+                if token not in out:
+                    out.append(token)
+                    if len(out) == k:
+                        return out
+        return out if out or self.adaptive else [int(tokens[-1])]
+
     def draft_length(self, tokens: np.ndarray, K: int) -> int:
         """K, or with adaptive=True how far the copy reaches (class docstring)."""
         if not self.adaptive:
@@ -195,6 +214,7 @@ class CopyOrModel:
             raise ValueError(f"V and n must be >= 1, got V={V}, n={n}")
         self.model, self.V, self.n = model, V, n
         self.copies = 0  # rows that were copies (the rest came from the model)
+        self._last = (None, None)  # (tokens, the model's row after them): candidates() reuses next_probs' row
 
     def copy(self, tokens: np.ndarray) -> int | None:
         """The token after the latest earlier occurrence of the last n tokens, or None if there is none."""
@@ -213,13 +233,30 @@ class CopyOrModel:
         for end in range(len(tokens) - k + 1, len(tokens) + 1):  # the prefix each row conditions on
             token = self.copy(tokens[:end])
             if token is None:
-                rows.append(np.asarray(self.model.next_probs(tokens[:end], 1))[0])
+                rows.append(self._model_row(tokens[:end]))
             else:
                 row = np.zeros(self.V)
                 row[token] = 1.0
                 rows.append(row)
                 self.copies += 1
         return np.stack(rows)
+
+    def _model_row(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [V]
+        if self._last[0] is None or not np.array_equal(self._last[0], tokens):
+            self._last = (tokens.copy(), np.asarray(self.model.next_probs(tokens, 1))[0])
+        return self._last[1]
+
+    def candidates(self, tokens: np.ndarray, k: int) -> list[int]:
+        """Up to k distinct tokens to propose after `tokens`, best first, for a tree of drafts
+        (`specref.sampling.draft_tree`): the copy, if the context repeats, then the model's most likely
+        tokens (`specref.sampling.draw_children`'s top-k of its row).  Deterministic, so
+        verify_tree_topk verifies them."""
+        tokens = check_tokens(tokens, self.V)
+        token = self.copy(tokens)
+        out = [] if token is None else [token]
+        if len(out) < k:
+            out += [x for x in draw_children(self._model_row(tokens), k, "topk", None) if x != token][: k - len(out)]
+        return out
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
         return self.next_probs(tokens, len(tokens))

@@ -174,3 +174,72 @@ def alpha_needed(c: float, score_cost, tol: float = 1e-9) -> float:
             lo, hi = (mid, hi) if expected_tokens(mid, gamma) <= need else (lo, mid)
         best = min(best, hi)
     return best
+
+
+# ---------------------------------------------------------------- trees of drafts
+#
+# A tree of drafts (`specref.sampling.Tree`) is verified by walking down from the root: at each
+# node the walk goes on to at most one child, tested in rank order (first drawn first).  The
+# extension of Eq. 1 replaces alpha by a profile: accept[r] = the chance that the walk goes on to
+# the child of rank r of a node it reached (r = 0 the first tested), the same at every node
+# (Leviathan's iid assumption, rank by rank).  The ranks exclude each other, so sum(accept) <= 1.
+# A chain has one child per node and accept = (alpha,).  What the profile is depends on the
+# verifier: target-only top-k verification gives accept[r] = E[q(c_r)], the target's mass on the
+# draft's r-th candidate; SpecInfer / recursive rejection sampling give accept[0] = alpha (the
+# first child is an ordinary MRS draft) and later ranks what the residuals leave.
+
+def _check_profile(accept) -> np.ndarray:
+    a = np.asarray(accept, dtype=np.float64)
+    if a.ndim != 1 or a.size == 0 or np.any(~np.isfinite(a)) or np.any(a < 0) or a.sum() > 1 + 1e-9:
+        raise ValueError(f"accept must be 1-D chances per rank, each >= 0 and summing to at most 1, got {accept}")
+    return a
+
+
+def _tree_parents(parents) -> list[int]:
+    p = [int(j) for j in parents]
+    if not p or any(not -1 <= j < i for i, j in enumerate(p)):
+        raise ValueError(f"parents must be a non-empty tree in topological order (-1 or j < i), got {parents}")
+    return p
+
+
+def tree_rows(parents) -> int:
+    """Draft rows one call of the tree needs: the root and every node with children (gamma for a chain of gamma)."""
+    return len(set(_tree_parents(parents)))
+
+
+def tree_expected_tokens(parents, accept) -> float:
+    """Eq. 1 for a tree: expected tokens per target call, 1 + sum over nodes of the chance the walk reaches it.
+
+    parents [N] as in `specref.sampling.Tree` (siblings in rank order); accept[r] the chance the walk
+    goes on to a node's child of rank r (ranks beyond len(accept) never).  A node whose path from the
+    root takes ranks r_1..r_d is reached with chance accept[r_1] ... accept[r_d].  A chain of gamma
+    with accept = (alpha,) gives Eq. 1, (1 - alpha^(gamma+1)) / (1 - alpha).
+    """
+    a, p = _check_profile(accept), _tree_parents(parents)
+    reach, seen = [], {}  # reach[i]: the chance the walk reaches node i; seen[j]: children of j so far
+    for i, j in enumerate(p):
+        rank = seen.get(j, 0)
+        seen[j] = rank + 1
+        reach.append((reach[j] if j >= 0 else 1.0) * (a[rank] if rank < a.size else 0.0))
+    return 1.0 + float(sum(reach))
+
+
+def tree_walltime_improvement(parents, accept, c, score_cost) -> float:
+    """Theorem 3.8 for a tree of drafts: tree_expected_tokens / (rows c + score_cost), over standard decoding.
+
+    rows = `tree_rows(parents)`, the draft calls one loop makes (each gives one row, and all of a
+    node's children are drawn from it); c = one draft call / one decode step; score_cost = scoring
+    the tree's N nodes, N + 1 rows, in one target call / one decode step (measured: on a CPU it is
+    not 1).  A chain of gamma with accept = (alpha,) is `walltime_improvement_measured`.  A draft
+    that pays per node rather than per row (drafting heads, say) would put N c in place of rows c.
+
+    Where a tree loses: at equal N it scores as many rows as a chain of N, so it wins only when its
+    extra candidates are accepted more often than the chain's deeper drafts, accept[1] + ... against
+    alpha^2 + ...; a good draft (large alpha, little left for rank 1) makes the chain better, and on
+    a CPU where scoring N + 1 rows costs several decode steps, the best tree and the best chain may
+    both lose to plain decoding.
+    """
+    _check(0.0, None, c)
+    if not float(score_cost) > 0:
+        raise ValueError(f"score_cost must be > 0, got {score_cost}")
+    return tree_expected_tokens(parents, accept) / (tree_rows(parents) * float(c) + float(score_cost))

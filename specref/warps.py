@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref.protocol import draft_length, next_distributions
+from specref.protocol import draft_length, keep_path, next_distributions, tree_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
 # of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the
@@ -131,6 +131,14 @@ class Warped:
     def draft_length(self, tokens: np.ndarray, K: int) -> int:
         """The wrapped model's (a warp does not change how far a draft drafts)."""
         return draft_length(self.model, tokens, K)
+
+    def score_tree(self, tokens: np.ndarray, tree_tokens, parents) -> np.ndarray:  # [n], [N], [N] -> [N+1, V]
+        """The wrapped model's rows for a tree of drafts (`specref.protocol.tree_distributions`), warped."""
+        return self.warp(tree_distributions(self.model, tokens, tree_tokens, parents))
+
+    def keep_path(self, nodes) -> None:  # [m] -> None
+        """The wrapped model's (`specref.protocol.keep_path`)."""
+        keep_path(self.model, nodes)
 
     def __repr__(self) -> str:
         return f"Warped({self.model!r}, {self.warp})"

@@ -342,21 +342,27 @@ class SmolLM2:
         -1 for a child of the root (the root is tokens[-1]), else the index j < i of node i's parent.
         Row 0 is the row after tokens (next_logits(tokens)); row i+1 the row after node i given tokens
         and node i's root-to-node path (the last row of next_logits(tokens + path)).  The prefix
-        reuses the cache like every call.  The tree's positions are then left just beyond the cache's
-        length, where attention never reads, until `keep_path` keeps the accepted path or the next
-        call writes over them.
+        reuses the cache like every call; its tokens not cached yet (in speculative sampling, the last
+        call's final token) go through the same forward pass as the tree, as a path above it.  The
+        tree's positions are then left just beyond the cache's length, where attention never reads,
+        until `keep_path` keeps the accepted path or the next call writes over them.
         """
         a = self._check(tokens, 1)
         t, par = check_tree(tree_tokens, parents, self.config.vocab_size)
         if a.size + t.size > self.config.context_length:
             raise ValueError(f"{a.size} tokens and a tree of {t.size} nodes exceed the model's context of "
                              f"{self.config.context_length}")
-        self.final_states(a, 1)                                 # the prefix: computed where the cache differs
+        self.tree = None                                        # this call overwrites what lies beyond the cache
+        shared = self.cache.shared_prefix(a)
+        self.cache.rollback(self.cache.length - shared)         # drop what a no longer agrees with
+        c = a.size - shared                                     # prefix tokens to compute: a path the tree hangs below
+        above = np.concatenate([np.arange(-1, c - 1), np.where(par >= 0, par + c, c - 1)])  # [c + N] their parents
+        forward(np.concatenate([a[shared:], t]), self.weights, self.cache, self.rot, self.linear, self.feed_forward,
+                parents=above)
+        self.cache.rollback(t.size)                             # the prefix stays cached; the tree is beyond it
         start = self.cache.length
-        forward(t, self.weights, self.cache, self.rot, self.linear, self.feed_forward, parents=par)
         h = self.cache.h[start - 1:start + t.size]              # [N+1, d]: the root's final state, then each node's
-        logits = self.linear(h, self.weights.head)              # [N+1, V]
-        self.cache.rollback(t.size)                             # the tree waits beyond the length for keep_path
+        logits = self.linear(h, self.weights.head)              # [N+1, V]; the tree waits beyond the length for keep_path
         self.tree = (start, par)
         return logits
 
