@@ -1,6 +1,7 @@
 """Tokens per target call of a chain of K drafts against trees of K nodes: exactly, and on HumanEval.
 
     python3 -m tools.tree_gain exact                     # a minute: the exact tables
+    python3 -m tools.tree_gain costs                     # two minutes: scoring a tree against a chain, 15 rounds
     python3 -m tools.tree_gain humaneval --limit 12 --json runs/tree_gain.json
                                                          # the trained draft on HumanEval prompts: resumable
                                                          # (results go to the .jsonl beside --json), progress shown
@@ -222,11 +223,35 @@ def run_humaneval(argv) -> int:
     return 0
 
 
+def run_costs(repeats: int = 15) -> int:
+    """What scoring a tree of N nodes costs against a chain of N + 1 tokens, in decode steps, in shuffled rounds
+    (`specref.apps.costs.measure_costs`), and the three tree verifiers on 16 nodes."""
+    model = load_fast(measure=True)
+    costs = he.measure_costs(model, repeats=repeats)
+    print(f"decode step {costs['decode_ms_per_token']:.1f} ms; medians of {repeats} rounds, [25th, 75th percentile] "
+          f"of the same ratio within each round")
+    print("| N | tree of N nodes | chain of N + 1 tokens |")
+    print("|---|---|---|")
+    for N, r in costs["tree_score_ratio"].items():
+        chain = costs["score_ratio"].get(N)
+        low, high = costs["tree_score_ratio_rounds"][N]
+        peer = "" if chain is None else (f"{chain:.2f} [{costs['score_ratio_rounds'][N][0]:.2f}, "
+                                         f"{costs['score_ratio_rounds'][N][1]:.2f}]")
+        print(f"| {N} | {r:.2f} [{low:.2f}, {high:.2f}] | {peer} |")
+    print("chains: " + ", ".join(f"K={k} {v:.2f}" for k, v in costs["score_ratio"].items()))
+    for children, ms in costs["verify_tree_ms"].items():
+        print(f"{children}: {ms:.2f} ms = {100 * costs['verify_tree_fraction'][children]:.2f}% of a decode step; "
+              f"mrs.verify (K = 4) {costs['mrs_ms']:.2f} ms")
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["exact"]:
         print(exact_tables())
         return 0
+    if argv[:1] == ["costs"]:
+        return run_costs()
     if argv[:1] == ["humaneval"]:
         return run_humaneval(argv[1:])
     print(__doc__)

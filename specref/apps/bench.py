@@ -4,7 +4,9 @@ Measured in one run (see `specref.apps.costs` for what each quantity is): decode
 weights_stream_ms, score_ratio (K -> scoring K + 1 tokens / one decode step), mrs_ms, and the
 demo's workloads (`specref.apps.demo`) with their measured and predicted speedups and peak memory.
 Targets: decode <= 1.25 x the stream floor with every core, score_ratio[4] <= 1.2 and
-score_ratio[8] <= 1.5, verify < 2% of a decode step, block verification (block_ms) < 3%.
+score_ratio[8] <= 1.5, verify < 2% of a decode step, block verification (block_ms) < 3%, each tree
+verifier on a 16-node tree (verify_tree_ms) < 2%.  Beside the chains' scoring costs it reports what
+scoring a tree of N nodes costs (tree_score_ratio), next to a chain of N + 1 tokens: the same rows.
 It runs the model on its fast path and first prints the path's plan (`specref.fast.plan`): how it multiplies by its weights on
 this machine, and what each candidate measured when the plan was made.  Beside each ratio
 ("rounds") it prints the middle half (25th to 75th percentile) of the same ratio taken within each
@@ -22,7 +24,8 @@ import json
 import resource
 
 from specref.apps import demo, options
-from specref.apps.costs import TARGETS, measure_costs
+from specref.apps.costs import TARGETS, VERIFY_TREE, measure_costs
+from specref.sampling import TREE_VERIFIERS
 from specref.files import write_text
 from specref.fast import fast_model, load_fast
 
@@ -51,6 +54,17 @@ def format_table(costs: dict) -> str:
     lines.append(row("verify_block, K=4, V=49152 (ms)", f"{costs['block_ms']:.2f}"))
     lines.append(row("verify_block / decode", f"{100 * costs['block_fraction']:.2f}%",
                      f"< {100 * TARGETS['block_fraction']:.0f}%", costs["block_fraction"] < TARGETS["block_fraction"]))
+    for N, r in costs.get("tree_score_ratio", {}).items():
+        chain = costs["score_ratio"].get(N)
+        peer = f" (a chain of {N + 1}: {chain:.2f})" if chain is not None else ""
+        lines.append(row(f"score a tree of {N} nodes / decode", f"{r:.2f}", spread=costs["tree_score_ratio_rounds"][N])
+                     + peer)
+    for children, ms in costs.get("verify_tree_ms", {}).items():
+        name = TREE_VERIFIERS[children].__name__
+        fraction = costs["verify_tree_fraction"][children]
+        lines.append(row(f"{name}, {VERIFY_TREE} = 16 nodes (ms)", f"{ms:.2f}"))
+        lines.append(row(f"{name} / decode", f"{100 * fraction:.2f}%", f"< {100 * TARGETS['verify_tree_fraction']:.0f}%",
+                         fraction < TARGETS["verify_tree_fraction"]))
     lines.append(f"  (OPENBLAS_NUM_THREADS={costs['openblas_num_threads']}, medians of {costs['repeats']} repeats; the verdicts "
                  "are on the ratios of the medians; rounds: the middle half of the same ratio within each round)")
     return "\n".join(lines)

@@ -13,7 +13,12 @@ Medians over repeats, on the real model:
   the same ratios taken within each round (that round's decode step, its fastest floor pass): how
   far the machine's noise moved them during the run;
 - `mrs_ms`: one `specref.mrs.verify` call at K = 4, V = 49152;
-- `block_ms`: one `specref.mrs.verify_block` call on the same inputs.
+- `block_ms`: one `specref.mrs.verify_block` call on the same inputs;
+- `tree_score_ratio`: N -> (time to score a tree of N nodes in one call, `SmolLM2.score_tree`, with
+  the root's token not cached yet, as in speculative sampling) / (one decode step), N in TREE_SIZES,
+  timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
+- `verify_tree_ms`: children -> one call of that tree verifier (`specref.sampling.TREE_VERIFIERS`)
+  on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
 """
 
@@ -23,6 +28,7 @@ import time
 import numpy as np
 
 from specref.mrs import verify, verify_block
+from specref.sampling import TREE_VERIFIERS, Tree, draw_children
 from specref.smollm2.model import SmolLM2
 from specref.fast.plan import PANEL, Team, cores, from_panels, to_panels
 
@@ -33,7 +39,10 @@ PREFIX = 64            # tokens cached before every timed call
 # >= 1.5x over ArS with the prediction within 15%, peak memory under 2 GiB; block verification
 # under 3% of a decode step.
 TARGETS = {"decode_over_stream": 1.25, "score_ratio_4": 1.2, "score_ratio_8": 1.5, "mrs_fraction": 0.02,
-           "speedup": 1.5, "prediction_error": 0.15, "peak_rss_mib": 2048, "block_fraction": 0.03}
+           "speedup": 1.5, "prediction_error": 0.15, "peak_rss_mib": 2048, "block_fraction": 0.03,
+           "verify_tree_fraction": 0.02}
+TREE_SIZES = (4, 8, 16)  # trees whose scoring cost is measured (N nodes; a chain of N + 1 tokens is its peer)
+VERIFY_TREE = "4x3"      # the tree the tree verifiers are timed on: 4 children of the root, 3 under each (16 nodes)
 
 
 def stream_passes(model: SmolLM2, threads: int | None = None) -> dict:
@@ -144,9 +153,53 @@ def verify_ms(V: int, K: int = 4, repeats: int = 51, verifier=verify) -> float:
     return 1e3 * float(np.median(times))
 
 
+def tree_parents(N: int) -> list[int]:
+    """The tree whose scoring is timed: N nodes, two children per node, level by level (the shape barely
+    matters: a tree of N nodes is N rows in every product, and its mask only changes which keys count)."""
+    return [i // 2 - 1 for i in range(N)]
+
+
+def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
+    """"tree N" -> a function scoring a tree of N nodes after the cached PREFIX and one new token (the
+    root, not cached: in speculative sampling it is the last call's final token), for `timed_rounds`'
+    passes; none for a model without score_tree."""
+    if getattr(model, "score_tree", None) is None:
+        return {}
+    V, prefix, fresh = model.config.vocab_size, list(range(1000, 1000 + PREFIX)), [7000]
+
+    def score(N):
+        fresh[0] = (fresh[0] + 1) % V                              # a root unlike the cached token
+        model.score_tree(np.array(prefix + [fresh[0]]), np.arange(3000, 3000 + N) % V, tree_parents(N))
+
+    return {f"tree {N}": (lambda N=N: score(N)) for N in sizes}
+
+
+def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int = 51) -> float:
+    """Median ms of one call of the tree verifier for `children` (`specref.sampling.TREE_VERIFIERS`) on softmax
+    rows of size V, on the tree `tree` with its children drawn from those rows that verifier's way."""
+    rng = np.random.default_rng(0)
+    shape = Tree.parse(tree, children)
+    times = []
+    for _ in range(repeats):
+        p, q = _softmax_rows(rng, shape.size + 1, V), _softmax_rows(rng, shape.size + 1, V)  # [N+1, V] each
+        tokens = np.zeros(shape.size, np.int64)
+        for row in range(shape.size + 1):                          # the root (row 0), then node row - 1
+            kids = [i for i, j in enumerate(shape.parents) if j == row - 1]
+            if kids:
+                tokens[kids] = draw_children(p[row], len(kids), children, rng)
+        parents = np.array(shape.parents)
+        t = time.perf_counter()
+        TREE_VERIFIERS[children](tokens, parents, p, q, rng)
+        times.append(time.perf_counter() - t)
+    return 1e3 * float(np.median(times))
+
+
 def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
-    """Decode step, weights-stream floor, scoring cost per K and verify cost, measured now on this machine."""
-    rounds, stream_rounds = timed_rounds(model, repeats, passes=stream_passes(model))
+    """Decode step, weights-stream floor, scoring cost per K and per tree, and verify costs, measured now on this machine."""
+    trees = tree_scoring_passes(model)
+    rounds, pass_rounds = timed_rounds(model, repeats, passes={**stream_passes(model), **trees})
+    tree_rounds = {int(name.split()[1]): pass_rounds.pop(name) for name in trees}   # N -> seconds per round
+    stream_rounds = pass_rounds
     score, stream = median_ms(rounds), median_ms(stream_rounds)
     decode = score[1]
     per_round_decode = np.array(rounds[1])
@@ -169,6 +222,12 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "mrs_fraction": mrs_ms / decode,
         "block_ms": block_ms,
         "block_fraction": block_ms / decode,
+        "tree_score_ms": median_ms(tree_rounds),
+        "tree_score_ratio": {N: ms / decode for N, ms in median_ms(tree_rounds).items()},
+        "tree_score_ratio_rounds": {N: quartiles(np.array(v) / per_round_decode) for N, v in tree_rounds.items()},
+        "verify_tree_ms": (tree_ms := {children: verify_tree_ms(model.config.vocab_size, children)
+                                       for children in TREE_VERIFIERS}),
+        "verify_tree_fraction": {children: ms / decode for children, ms in tree_ms.items()},
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),
         "plan": model.fast.to_json() if model.fast is not None else "plain",

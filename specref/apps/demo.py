@@ -14,6 +14,17 @@ that model predicts fastest, and where no K pays the run says so and gives the a
 would need.  On a CPU where scoring a few tokens costs far more than one decode step (NumPy's
 BLAS without AVX-512 packs every small product), K is the whole story.  `--K` forces one K.
 
+Trees of drafts (`specref.sampling.Tree`): after each draft's chain, a short pilot with a tree of
+four candidates at the root measures, exactly over the verifier's own randomness, the chance that
+the walk goes on to each of them by rank (`TreeProfile`); Theorem 3.8's extension to trees
+(`speedup.tree_walltime_improvement`, with the same measured scoring costs, a tree of N nodes
+priced as a chain of N + 1 tokens) then picks the shape among `tree_shapes()` (`choose_tree`).
+Where a tree pays, the table gets a tree row; where none does, the notes below the table say so,
+with the best tree's prediction.  `--tree SHAPE` runs that tree for every draft.  Top-k children
+(the draft's own ranking, verified by the target alone) are used greedily and for prompt lookup;
+a sampling draft's children are drawn without replacement (recursive rejection sampling), so that
+its first child is an ordinary modified-rejection-sampling draft (`tree_children`).
+
 `--verify block` runs SpS with block verification (`specref.mrs.verify_block`) instead of
 token-level verification (`specref.mrs.verify`).  Either way, every SpS call's drafts and rows
 also give both verifiers' expected tokens per call, exactly, over the verifier's own
@@ -27,7 +38,7 @@ import argparse
 import codecs
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -40,7 +51,7 @@ from specref.fast import load_fast
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.runstats import RunStats
-from specref.sampling import Step
+from specref.sampling import TREE_VERIFIERS, Step, Tree
 from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
@@ -83,6 +94,10 @@ class Result:
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
     score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
+    tree: str = ""  # the tree's shape (`specref.sampling.Tree.parse`), "" for a chain
+    children: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
+    profile: list = field(default_factory=list)  # the tree's chances by rank at the root (`TreeProfile`)
+    why_tree: str = ""  # how the tree was chosen (`choose_tree`)
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -93,26 +108,32 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token", lookup_n: int | None = None) -> Result:
+             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Result:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
 
-    lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`)."""
+    lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
+    tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier."""
     # the n-gram is a trigram fitted on the prompt's own tokens
     draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
                     neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(VERIFIERS[verify])
-    stats = timed_generation(np.array(prompt_ids), model, draft, K, Warp(temperature, None, top_p), max_new_tokens,
+    profile = TreeProfile(tree.children) if tree is not None else None
+    stats = timed_generation(np.array(prompt_ids), model, draft, tree.size if tree else K,
+                             Warp(temperature, None, top_p), max_new_tokens,
                              np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
-                             verify=expected)
-    stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
-    if draft is not None and stats.calls_by_drafted:
+                             verify=expected, tree=tree if draft is not None else None, verify_tree=profile)
+    stats.seconds -= expected.seconds + (profile.seconds if profile else 0.0)  # measurements, not sampling
+    if draft is not None and stats.calls_by_drafted and tree is None:
         expected.add_undrafted_calls(stats.calls_by_drafted[0])
     calls = expected.calls or float("nan")
-    return Result(method, draft_name if draft else "-", K if draft else 0, temperature, top_p,
-                  until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
-                  expected.token / calls, expected.block / calls)
+    r = Result(method, draft_name if draft else "-", (tree.size if tree else K) if draft else 0, temperature, top_p,
+               until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
+               expected.token / calls, expected.block / calls)
+    if draft is not None and tree is not None:
+        r.tree, r.children, r.profile, r.verify = tree.name, tree.children, profile.profile, TREE_VERIFY[tree.children]
+    return r
 
 
 class Printer:
@@ -145,6 +166,10 @@ def predict(result: Result, base: Result) -> float:
         return 1.0
     stats = result.stats
     score_cost = speedup.plausible_score_cost(stats.target_ms_per_call / base.stats.target_ms_per_call)[0]
+    if result.tree:  # Theorem 3.8 for trees, with the run's own chances by rank at the root
+        c = stats.draft_ms_per_call / base.stats.target_ms_per_call
+        return speedup.tree_walltime_improvement(Tree.parse(result.tree).parents, result.profile or [0.0], c,
+                                                 score_cost)
     alpha = min(stats.alpha_hat, 1.0) if stats.n_examined else 0.0  # no draft examined: alpha plays no part
     return float(speedup.improvement_with_lengths(alpha, stats.calls_by_drafted,
                                                   stats.draft_ms_per_call / base.stats.target_ms_per_call, score_cost))
@@ -208,13 +233,128 @@ def choose_K(pilot: Result, base: Result, costs: list[float]) -> KChoice:
     return KChoice(K, alpha, c, predicted, speedup.alpha_needed(c, costs))
 
 
+# ---------------------------------------------------------------- trees of drafts
+
+TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
+TREE_PILOT = "4"     # the pilot's tree: 4 children of the root, whose chances by rank are the profile
+TREE_WIDTH = 4       # the widest node a chosen tree may have (the pilot measures 4 ranks)
+
+
+def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list[str]:
+    """The shapes `choose_tree` considers: spines "a+b+..." (a >= 2, non-increasing) and widths "axb..."
+    (a >= 2, b... non-increasing) with at most max_nodes nodes and no node wider than max_width; chains
+    are left to `choose_K`."""
+    def spines(left, top):  # non-increasing parts, each <= top, summing to at most `left`
+        for a in range(1, min(top, left) + 1):
+            yield [a]
+            for rest in spines(left - a, a):
+                yield [a] + rest
+
+    names = {"+".join(map(str, s)) for s in spines(max_nodes, max_width) if s[0] >= 2}
+    for s in spines(max_nodes, max_width):  # widths: the nodes at depth d are the product of the first d
+        if s[0] >= 2 and sum(int(np.prod(s[:d + 1])) for d in range(len(s))) <= max_nodes and len(s) > 1:
+            names.add("x".join(map(str, s)))
+    return sorted(names, key=lambda n: (Tree.parse(n).size, n))
+
+
+def tree_children(draft_name: str, temperature: float) -> str:
+    """How the demo draws a draft's children: the draft's top-k (`specref.sampling.draw_children`, verified by
+    the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
+    are its candidates; otherwise without replacement (recursive rejection sampling), so that the first
+    child is an ordinary draft token, accepted with chance alpha, and the others add to it."""
+    return "topk" if temperature == 0 or draft_name.startswith("prompt-lookup") else "without_replacement"
+
+
+def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, children: str) -> list[float]:  # [k], [V], [V] -> [k]
+    """The chance that the tree verifier for `children` accepts each child of the root, in order, exactly over
+    its uniforms (the rules of `specref.mrs`'s verify_tree_topk, _mss, _rrs): P(walk goes on to the child of rank r)."""
+    if children == "topk":
+        return [float(q[x]) for x in children_tokens]       # y ~ q, followed when it is a child
+    out, stay, w, d = [], 1.0, q.copy(), p.copy()           # w, d: the target's and the draft's rows as the tests leave them
+    for x in children_tokens:
+        a = min(1.0, w[x] / d[x]) if d[x] > 0 else 0.0
+        out.append(stay * a)
+        stay *= 1.0 - a
+        r = np.maximum(w - d, 0.0)
+        if r.sum() > 0:
+            w = r / r.sum()
+        if children == "without_replacement":
+            d[x] = 0.0
+            if d.sum() > 0:
+                d = d / d.sum()
+    return out
+
+
+class TreeProfile:
+    """The exact tree verifier for `children`, which also adds up each call's `root_chances`: `profile` is
+    their mean per rank, the `accept` of `speedup.tree_expected_tokens`.  `seconds` is the time spent
+    computing them (a timed run subtracts it: it is not part of sampling)."""
+
+    def __init__(self, children: str):
+        self.children, self.verify = children, TREE_VERIFIERS[children]
+        self.sums, self.calls, self.seconds = [], 0, 0.0
+
+    def __call__(self, tokens, parents, p, q, rng):
+        start = time.perf_counter()
+        kids = np.flatnonzero(np.asarray(parents) == -1)
+        chances = root_chances(np.asarray(tokens)[kids], p[0], q[0], self.children)
+        self.sums += [0.0] * (len(chances) - len(self.sums))
+        for r, v in enumerate(chances):
+            self.sums[r] += v
+        self.calls += 1
+        self.seconds += time.perf_counter() - start
+        return self.verify(tokens, parents, p, q, rng)
+
+    @property
+    def profile(self) -> list[float]:
+        return [v / self.calls for v in self.sums] if self.calls else []
+
+
+@dataclass
+class TreeChoice:
+    """A tree for one draft and setting, from Theorem 3.8 for trees with measured costs."""
+
+    tree: str  # the best shape of `tree_shapes()`
+    children: str
+    profile: list  # chances by rank at the root, measured in the pilot
+    c: float  # one draft row / one decode step, measured in the pilot
+    predicted: float  # the model's speedup for that tree
+    chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
+
+    @property
+    def pays(self) -> bool:
+        return self.predicted > 1.0
+
+    def why(self) -> str:
+        head = (f"{TREE_VERIFY[self.children]} children, chances by rank " + " ".join(f"{v:.2f}" for v in self.profile)
+                + f", c {self.c:.3f}: ")
+        than = "" if self.chain is None else f" (the chain: K = {self.chain.K} predicts {self.chain.predicted:.2f}x)"
+        if self.pays:
+            return head + f"tree {self.tree} predicts {self.predicted:.2f}x" + than
+        return head + f"no tree pays (best tree {self.tree} predicts {self.predicted:.2f}x)" + than
+
+
+def choose_tree(pilot: Result, base: Result, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
+    """The tree of `tree_shapes()` maximising `speedup.tree_walltime_improvement`, with the chances by rank of
+    `pilot` (a short run with the tree TREE_PILOT), c from it relative to `base`'s decode step, and a tree of
+    N nodes priced as scoring N + 1 tokens (costs[N - 1]: the same rows in one pass; `bench` measures both).
+    A tree pays where it predicts more than 1 (faster than ArS); `chain`, the chain's choice, is said beside it."""
+    c = pilot.stats.draft_ms_per_call / base.stats.target_ms_per_call
+    profile = pilot.profile or [0.0]
+    best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
+        Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))
+    tree = Tree.parse(best)
+    return TreeChoice(best, pilot.children, profile, c,
+                      speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)
+
+
 def table(results: list[Result]) -> str:
     w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
-    head = f"{'method':6} {'draft':{w}} {'K':>2} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+    head = f"{'method':6} {'draft':{w}} {'K':>2} {'tree':>7} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
            f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
+        rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.tree or '-':>7} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
                     f"{len(r.tokens):6d} "
                     f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
@@ -232,16 +372,28 @@ def table(results: list[Result]) -> str:
         for r in chosen:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_K}")
+    trees = [r for r in results if r.why_tree]
+    if trees:
+        rows.append("")
+        rows.append(f"Trees per draft: Theorem 3.8 for trees (specref.speedup.tree_walltime_improvement) with the same "
+                    f"costs, the chances by rank from a {PILOT_TOKENS}-token pilot with the tree {TREE_PILOT} "
+                    f"(a tree row is run where one pays; --tree forces one):")
+        for r in trees:
+            setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
+            rows.append(f"  {r.draft}, {setting}: {r.why_tree}")
     return "\n".join(rows)
 
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
-                  printer=None, log=print, verify: str = "token", costs: list[float] | None = None) -> list[Result]:
+                  printer=None, log=print, verify: str = "token", costs: list[float] | None = None,
+                  tree: str | None = None) -> list[Result]:
     """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted.
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
     (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
-    with `scoring_costs` if not given)."""
+    with `scoring_costs` if not given), and then also a tree (`choose_tree`): a tree row follows
+    the chain's where one pays.  tree: a shape ("3+1", `specref.sampling.Tree.parse`) to run as a
+    tree row for every draft instead (children drawn as `tree_children` says)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
     if K is None and costs is None:
@@ -271,6 +423,25 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)
+            children = tree_children(name, temperature)
+            shape, why_tree = (Tree.parse(tree, children) if tree else None), ""
+            if tree is None and K is None:  # a tree where one pays, by the same measured costs
+                pilot = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, PILOT_TOKENS, seed + 1,
+                                 eos, None, verify, tree=Tree.parse(TREE_PILOT, children))
+                tree_choice = choose_tree(pilot, base, costs, choice)
+                why_tree = tree_choice.why()
+                shape = Tree.parse(tree_choice.tree, children) if tree_choice.pays else None
+                if shape is None:
+                    r.why_tree = why_tree  # said beside the chain's row: no tree row
+            if shape is not None:
+                log(f"\n--- SpS with {name} draft, tree {shape.name} ({TREE_VERIFY[children]} verification), {label} ---")
+                t = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, max_new_tokens, seed, eos,
+                             printer, verify, tree=shape)
+                t.why_tree = why_tree
+                fill_prediction(t, base)
+                log(f"\n[{len(t.tokens)} tokens, {t.stats.ms_per_token:.1f} ms/token, speedup {t.speedup:.2f}x, "
+                    f"predicted {t.predicted:.2f}x]")
+                results.append(t)
     return results
 
 
@@ -282,9 +453,13 @@ def verdicts(results: list[Result]) -> list[str]:
             continue
         word = "faster" if r.speedup > 1.0 else "SLOWER"
         setting = "greedy" if r.temperature == 0 else f"T={r.temperature}, top-p={r.top_p}"
-        out.append(f"SpS with {r.draft}, {r.verify} verification ({setting}) is {word} than ArS: {r.speedup:.2f}x "
-                   f"(K = {r.K}, alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)"
+        what = f"tree {r.tree} ({r.K} nodes), {r.verify}" if r.tree else f"{r.verify}"
+        size = "" if r.tree else f"K = {r.K}, "
+        out.append(f"SpS with {r.draft}, {what} verification ({setting}) is {word} than ArS: {r.speedup:.2f}x "
+                   f"({size}alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)"
                    + (f"; before the run: {r.why_K}" if "no K pays" in r.why_K else ""))
+        if "no tree pays" in r.why_tree:
+            out.append(f"No tree pays for {r.draft} ({setting}) at this CPU's measured costs: {r.why_tree}")
     return out
 
 
@@ -303,6 +478,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="draft model (default: prompt-lookup and neural+lookup, the draft trained here)")
     parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification)")
+    parser.add_argument("--tree", type=options.tree, default=None,
+                        help="also run SpS with this tree of drafts for every draft: children per depth like 2x1, "
+                             "or a spine like 3+1 (default: chosen per draft where one pays; none with --K)")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
                         help=f"tokens to generate per run, 1 to {options.CONTEXT_LENGTH - 1} (default 96)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
@@ -332,7 +510,8 @@ def run(args) -> int:
         list(DRAFTS) if args.draft == "all" else [args.draft]
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,
-                            eos=tok.eos_id, printer=Printer(tok, color), verify=args.verify)
+                            eos=tok.eos_id, printer=Printer(tok, color), verify=args.verify,
+                            tree=getattr(args, "tree", None))
     print("\n\n" + table(results))
     print("\n".join(["", *verdicts(results)]))
     if color:

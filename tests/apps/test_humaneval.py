@@ -2,10 +2,10 @@
 loop with stop sequences, resume, and a smoke run of the whole command on the real model."""
 
 import argparse
-import dataclasses
 import hashlib
 import json
 import math
+import types
 
 import numpy as np
 import pytest
@@ -255,7 +255,8 @@ def test_lookup_n_reaches_the_lookup_drafts_and_keeps_their_results_apart(tmp_pa
 def test_the_default_lookup_n_keeps_the_keys_of_results_stored_before_the_option():
     args = parse(["--max-new-tokens", "96"])
     method = he.Method("prompt-lookup-adaptive", 4, *he.NUCLEUS)
-    before = {"kind": "table", "method": dataclasses.asdict(method), "verify": "token", "seed": 0,
+    before = {"kind": "table", "method": {"draft": "prompt-lookup-adaptive", "K": 4, "temperature": he.NUCLEUS[0],
+                                          "top_p": he.NUCLEUS[1]}, "verify": "token", "seed": 0,
               "max_new_tokens": 96, "model": "m", "problems_sha256": he.HUMANEVAL_SHA256,
               "ngram_order": he.NGRAM_ORDER, "prompt_lookup_n": 3, "stops": he.STOP_SEQUENCES,
               "body_indent": he.BODY_INDENT}                    # the settings every stored result was keyed by
@@ -346,3 +347,49 @@ def test_records_stored_before_draft_lengths_were_counted_count_every_call_at_K(
                                      n_examined=6).counts().items() if k != "calls_by_drafted"}
     total, n, passed = he.aggregate([{**new.counts(), "status": "passed"}, old], 2)
     assert (n, passed) == (2, 1) and total.loops == 7 and total.calls_by_drafted == [1, 0, 2 + 4]
+
+
+def fake_costs(ratio):
+    return {"score_ratio": {K: ratio(K) for K in range(1, 9)}, "tree_score_ratio": {4: ratio(4), 8: ratio(8)},
+            "decode_ms_per_token": 10.0}
+
+
+def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path, code_model, monkeypatch):
+    """Without --K and --tree each draft gets the demo's choice (`demo.choose_K`, `demo.choose_tree`) from the run's
+    measured costs and its pilots; a tree row where the tree pays (the pilots' timings on this cheap target would
+    decide whether one does, so the test makes it pay with a free draft; test_demo_trees covers none paying)."""
+    tree_pays = True
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
+    choose = he.demo.choose_tree
+    monkeypatch.setattr(he.demo, "choose_tree", lambda pilot, base, costs, chain: choose(
+        he.demo.Result(**{**pilot.__dict__, "stats": types.SimpleNamespace(
+            draft_ms_per_call=0.0 if tree_pays else 1e6)}), base, costs, chain))
+    out = tmp_path / "he.json"
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]
+    assert he.run(parse(argv), model=code_model) == 0
+    report = json.loads(out.read_text())
+    choices = report["choices"]
+    assert len(choices) == 2 and all(c["draft"] == "prompt-lookup" and 1 <= c["K"] <= 8 for c in choices)
+    assert all(("no tree pays" in c["why_tree"]) is (c["tree"] is None) and "(the chain: K = " in c["why_tree"]
+               for c in choices)
+    trees = [r for r in report["rows"] if r.get("tree")]
+    assert [r["temperature"] for r in trees] == [c["temperature"] for c in choices if c["tree"]]
+    assert bool(trees) is tree_pays and all(r["verify"] == "topk" and r["tree_profile"] for r in trees)
+    records = [json.loads(line) for line in (tmp_path / "he.jsonl").read_text().splitlines()]
+    assert sum(r["task_id"] == "choice" for r in records) == 2
+    code_model.calls = 0
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.5 + K))  # measured anew
+    assert he.run(parse(argv), model=code_model) == 0          # resumed: the stored choices, nothing run again
+    assert code_model.calls == 0 and json.loads(out.read_text())["choices"] == choices
+
+
+def test_tree_and_K_forced_run_both_rows_and_keep_the_chains_keys(tmp_path, code_model):
+    out = tmp_path / "he.json"
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5",
+            "--no-bench-costs"]
+    assert he.run(parse(argv + ["--K", "4", "--tree", "3+1"]), model=code_model) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["method"], r["K"], r.get("tree")) for r in rows] == [("ArS", 0, None), ("SpS", 4, None), ("SpS", 4, "3+1")] * 2
+    code_model.calls = 0
+    assert he.run(parse(argv), model=code_model) == 0          # K = 4 without costs: the chain rows are stored already
+    assert code_model.calls == 0
