@@ -4,10 +4,14 @@
     python -m specref conform specref.proof.broken:resample_from_q        # fails, diagnosed
     python -m specref conform mypkg.spec:verify --log-probs --rng seed    # through the adapter
     python -m specref conform path/to/file.py:verify --algorithm block
+    python -m specref conform specref.mrs:verify_tree_mss --algorithm tree-mss  # a tree verifier
     python -m specref conform --pipeline mypkg.gen:speculative --reference mypkg.gen:plain --new-tokens 8
 
 FUNCTION must do what `specref.mrs.verify` does once the adapter options are applied (see
-`specref.proof.conform`, which holds the checks and the adapter).  With --pipeline, GENERATE and
+`specref.proof.conform`, which holds the checks and the adapter); with --algorithm tree-topk,
+tree-mss or tree-rrs, what `specref.mrs.verify_tree_topk`, `verify_tree_mss` or `verify_tree_rrs`
+does (tokens [N], parents [N], p [N+1, V], q [N+1, V], rng -> the accepted path and one more
+token), on trees the checker draws the way that algorithm assumes.  With --pipeline, GENERATE and
 PLAIN are whole generators, (n_samples, seed) -> [n_samples, L] token ids, speculative and plain
 sampling of the same models (see `specref.proof.pipeline`).  Every check is printed as it
 finishes: pass/FAIL, p-value, level, samples, and a diagnosis where a failure matches a known
@@ -64,9 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{pipeline.CALL_LIMIT:g} s for a pipeline call)")
     parser.add_argument("--time-limit", type=options.real(0.0, low_open=True), default=None, metavar="SECONDS",
                         help=f"time limit of the whole run (default {conform.RUN_LIMIT:g} s)")
-    parser.add_argument("--algorithm", choices=conform.ALGORITHMS, default="token",
+    parser.add_argument("--algorithm", choices=conform.ALGORITHMS + conform.TREE_ALGORITHMS, default="token",
                         help="token: Chen's token-level verification, mrs.verify's law (default); "
-                             "block: block verification, mrs.verify_block's law")
+                             "block: block verification, mrs.verify_block's law; tree-topk, tree-mss, tree-rrs: "
+                             "a tree verifier with mrs.verify_tree_topk's, _mss's or _rrs's contract, checked on "
+                             "trees of top-k children, i.i.d. children or children drawn without replacement")
     parser.add_argument("--batch", action="store_true",
                         help="FUNCTION takes x_draft [1, K], p [1, K, V], q [1, K+1, V] and returns [1, n]")
     parser.add_argument("--log-probs", action="store_true", help="FUNCTION takes log p and log q instead of p and q")
@@ -144,6 +150,9 @@ def check_args(args) -> None:
     given = [name for name in PIPELINE_ONLY if getattr(args, name) is not None]
     if given:
         raise ValueError(f"argument --{given[0].replace('_', '-')}: only with --pipeline")
+    if args.algorithm in conform.TREE_ALGORITHMS and args.returns != "tokens":
+        raise ValueError(f"argument --returns: {args.returns} is not for a tree verifier (a count does not say "
+                         "which path was accepted): it returns the path's tokens and one more")
     args.function = load_function(args.target)
     torch = _torch() if "torch" in (args.rng, args.arrays) else None
     rng = (lambda seed: torch.Generator().manual_seed(seed)) if args.rng == "torch" else args.rng

@@ -1,17 +1,21 @@
 """The conformance checker's one-call cases: the rows a verifier is called with, and the correct law of each call.
 
 `conform` runs its one-call chi-square checks on these cases (and its sequence checks with the sizes
-below) and `power` computes, from the same cases, what those checks can see.
+below) and `power` computes, from the same cases, what those checks can see.  The same for tree
+verifiers: `tree_cases`, each tree drawn by the checker, and the exact laws `tree_call_law` and
+`tree_sequence_law`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
-from specref.proof import stats
+from specref.proof import stats, tree
 
 # Samples per one-call check and per large-vocabulary check.
 N_CALLS = 20_000
@@ -81,3 +85,117 @@ def count_marginal(law_or_counts):
     for o, v in law_or_counts.items():
         out[(len(o) - 1,)] = out.get((len(o) - 1,), 0) + v
     return out
+
+
+# ---------------------------------------------------------------- trees of drafts (specref.proof.tree)
+#
+# A tree verifier (`mrs.verify_tree_*`'s contract) is checked on trees the checker draws itself, the way its
+# algorithm assumes (tree.ALGORITHMS[...].children), from rows that depend on the context (a bug that reads
+# another node's row is invisible otherwise).  The exact law of one call, the tree's drawing included, is
+# tree.call_law in fractions.
+
+# Calls per one-call check (V = 4) and on the large vocabulary; runs of the tree loop per sequence check.
+TREE_N_CALLS = 10_000
+TREE_N_LARGE_V = 1_000
+TREE_N_SEQUENCES = 6_000
+# The sequence checks' trees: children per depth (2x2: two at each of two depths; 1x1x1: a chain of 3).
+TREE_SEQ_WIDTHS = ((2, 2), (1, 1, 1))
+# The large vocabulary's live ids (block edges, the last id): the rows' entries 0..5 are these tokens of LARGE_V.
+TREE_LARGE_IDS = (0, 255, 256, 1023, 32768, LARGE_V - 1)
+
+
+@dataclass(frozen=True)
+class TreeCase:
+    """One tree call's setting: a tree is drawn from draft_row with widths[d] children at depth d, and both models'
+    rows on it are handed to the verifier.  The rows are fractions over len(ids) entries, entry j being token
+    ids[j] of a vocabulary of V, and depend on the context: row(prefix), prefix a tuple of entries."""
+
+    name: str
+    draft_row: Callable  # prefix (tuple of entries) -> [len(ids)] fractions
+    target_row: Callable
+    widths: tuple  # children per depth
+    n: int  # calls sampled
+    ids: tuple  # entry -> token id
+    V: int  # the vocabulary the verifier sees
+    depth_first: bool = False  # nodes numbered depth first (siblings still in drawing order), not level by level
+
+    @property
+    def shape(self) -> str:
+        return "x".join(str(w) for w in self.widths)
+
+
+def tree_cases() -> list[TreeCase]:
+    """The one-call cases of a tree check: tree.CASES on 2x2 trees (V = 4), "close" again on 3x1 trees numbered
+    depth first, and 2x1 trees on a 50 257-token vocabulary with six live ids."""
+    small = tuple(range(4))
+    independent, close = tree.case_rows("independent"), tree.case_rows("close")
+    return [TreeCase("independent", *independent, (2, 2), TREE_N_CALLS, small, 4),
+            TreeCase("close", *close, (2, 2), TREE_N_CALLS, small, 4),
+            TreeCase("close_3x1_depth_first", *close, (3, 1), TREE_N_CALLS, small, 4, depth_first=True),
+            TreeCase("large_vocabulary", *tree.context_rows(41, V=len(TREE_LARGE_IDS), zeros=0.2), (2, 1),
+                     TREE_N_LARGE_V, TREE_LARGE_IDS, LARGE_V)]
+
+
+def depth_first(tokens, parents) -> tuple[list[int], list[int]]:  # [N], [N] -> [N], [N]
+    """The same tree numbered depth first: each node right after its parent's earlier children's subtrees (siblings
+    keep their order, parents still come first)."""
+    children = tree.children_of(parents)
+    order = []
+
+    def visit(row):  # row 0: the root, i + 1: node i
+        for i in children[row]:
+            order.append(i)
+            visit(i + 1)
+    visit(0)
+    new = {old: k for k, old in enumerate(order)}
+    return [int(tokens[i]) for i in order], [new[parents[i]] if parents[i] >= 0 else -1 for i in order]
+
+
+class TreeSetting:
+    """A TreeCase's rows in float64, each context's computed once, and the calls a verifier is handed."""
+
+    def __init__(self, case: TreeCase):
+        self.case, self.ids = case, np.array(case.ids)
+        self.draft, self.target = tree.float_rows(case.draft_row), tree.float_rows(case.target_row)
+
+    def call(self, children: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens [N], parents [N], p [N+1, V], q [N+1, V]) of one call: a tree drawn `children`'s way, its rows.
+        (The tree is drawn over the case's entries, then its tokens named by their ids: the same law as drawing
+        from the rows over the whole vocabulary, at the cost of the few live entries.)"""
+        entries, parents = tree.draw_tree(children, self.draft, self.case.widths, rng)
+        if self.case.depth_first:
+            entries, parents = depth_first(entries, parents)
+        p, q = np.array(tree.tree_rows(entries, parents, self.draft)), np.array(tree.tree_rows(entries, parents,
+                                                                                                self.target))
+        if self.case.V != len(self.ids):  # the rows over the whole vocabulary: [N+1, V]
+            p, q = self._spread(p), self._spread(q)
+        return self.ids[entries], np.array(parents, dtype=np.int64), p, q
+
+    def _spread(self, rows: np.ndarray) -> np.ndarray:  # [N+1, len(ids)] -> [N+1, V]
+        out = np.zeros((len(rows), self.case.V))
+        out[:, self.ids] = rows
+        return out
+
+
+@functools.lru_cache(maxsize=None)
+def _tree_case(name: str) -> TreeCase:
+    return next(c for c in tree_cases() if c.name == name)
+
+
+@functools.lru_cache(maxsize=None)
+def tree_call_law(algorithm: str, case: str, bug: str | None = None) -> dict[tuple, float]:
+    """The exact law of one call on the tree case named `case` (tree drawn as `algorithm` draws it) of the
+    algorithm's verifier, or of its known bug named `bug`; outputs in the vocabulary's token ids, floats."""
+    alg, c = tree.ALGORITHMS[algorithm], _tree_case(case)
+    law = alg.call_law(c.draft_row, c.target_row, c.widths, alg.bug[bug].law if bug else None)
+    return {tuple(c.ids[j] for j in out): float(v) for out, v in law.items()}
+
+
+@functools.lru_cache(maxsize=None)
+def tree_sequence_law(algorithm: str, widths: tuple, bug: str | None = None) -> dict[tuple, float]:
+    """The exact law of the SEQ_N tokens the tree loop appends (stats.markov_pair, stats.SEQ_PROMPT; trees of
+    `widths` drawn the algorithm's way) with its verifier (the target's own law) or its known bug `bug`."""
+    alg, (target, draft) = tree.ALGORITHMS[algorithm], stats.markov_pair()
+    if bug is None:
+        return stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
+    return tree.loop_law(alg.bug[bug].law, alg.children, draft, target, stats.SEQ_PROMPT, stats.SEQ_N, widths)

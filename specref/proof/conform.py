@@ -3,6 +3,7 @@
     from specref.proof import conform
     report = conform.check(my_verify)            # or conform.check(f, conform.Adapter(log_probs=True), ...)
     assert report.passed, report.text()
+    report = conform.check(my_verify_tree, algorithm="tree-mss")   # a tree verifier (see below)
 
 or from a shell: `python -m specref conform MODULE:FUNCTION [options]`.
 
@@ -32,6 +33,17 @@ fails a whole run with probability at most 1e-3 for a random seed.  The other ch
 correct verifier.  The seed is fixed (default 0), so a run is reproducible;
 `python3 -m tools.conform_false_alarm` measures the rate over fresh seeds.
 
+Tree verifiers (`check(f, algorithm="tree-topk" | "tree-mss" | "tree-rrs")`, or `check_tree`): the contract
+of `mrs.verify_tree_topk`, `verify_tree_mss` and `verify_tree_rrs`, (tokens [N], parents [N], p [N+1, V],
+q [N+1, V], rng) -> the accepted path and one more token.  The checker draws every tree itself, the way
+the algorithm assumes (specref.proof.tree.ALGORITHMS[...]: the draft's top-k, i.i.d. children, children
+without replacement in drawing order), and runs the same tiers: the vectors of tree_vectors.json and
+three edge cases with chosen uniforms (u = 0 at a child with q = 0, a ratio of exactly 1 at
+u = 1 - 2^-53, an all-zero residual); chi-square of one call against its exact law, the tree's drawing
+included, on four tree cases, and of whole sequences of a loop with trees (2x2 trees, a chain of 3),
+six checks at FAMILY_LEVEL / 6; every output's path along the tree's edges; the diagnosis names the
+algorithm's known bugs (tree.ALGORITHMS[...].bugs).
+
 Too few samples: a run with `scale` below 1 pools more outcomes into one bin.  A chi-square check
 that found nothing wrong but whose bins leave no degree of freedom, or that sees fewer than half
 of the known bugs it sees at its default size (`power.counts_as_test`), is reported as not tested,
@@ -53,15 +65,17 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
 
 from specref import mrs, sampling
-from specref.proof import broken, lossy, pipeline, power, shipped, stats, vectors
+from specref.proof import broken, lossy, pipeline, power, shipped, stats, tree, tree_vectors, vectors
 from specref.proof.cases import (CORRECT, LARGE_V, N_CALLS, N_LARGE_V, N_SEQUENCES, SEQ_K, Case,  # noqa: F401
                                  accepted_count_case, cases)
+from specref.proof.cases import (TREE_N_SEQUENCES, TREE_SEQ_WIDTHS, TreeCase, TreeSetting, tree_call_law,  # noqa: F401
+                                 tree_cases)
 from specref.proof.cases import count_marginal as _count_marginal
 from specref.proof.verdict import Check, ContractViolation, Limits, Stop, TimeLimit, Verdict, not_tested  # noqa: F401
 
@@ -74,6 +88,13 @@ FIT_LEVEL = 1e-6
 # Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
 FLOOR = 1e-12
 ALGORITHMS = ("token", "block")
+# Tree verifiers (`mrs.verify_tree_*`'s contract), each checked on trees drawn its way: `check_tree`.
+TREE_ALGORITHMS = tuple(tree.ALGORITHMS)  # "tree-topk", "tree-mss", "tree-rrs"
+# What a run checks its function as, in the report's first line.
+CHECKED_AS = {"token": "token-level verification", "block": "block verification",
+              "tree-topk": "tree verification, deterministic top-k children (tree-topk)",
+              "tree-mss": "tree verification, i.i.d. children (tree-mss, SpecInfer)",
+              "tree-rrs": "tree verification, children without replacement (tree-rrs)"}
 # Time limits: a verdict within a stated time whatever the verifier does.  Each call of the verifier may
 # take CALL_LIMIT seconds and a whole run RUN_LIMIT seconds (`check`'s call_limit and time_limit); a call
 # that passes either ends the run with a failing "time limit" check.  A run of a NumPy verifier takes
@@ -113,6 +134,15 @@ def _flat(value) -> np.ndarray:  # a NumPy array, a torch tensor, a list, a scal
     return np.asarray(value).reshape(-1)
 
 
+def _rng_argument(adapter: Adapter, rng) -> list:
+    """What the function takes last, as `adapter.rng` says: [rng], [a seed drawn from it], [its generator], or []."""
+    if callable(adapter.rng):
+        return [adapter.rng(int(rng.integers(2**63)))]
+    if adapter.rng == "seed":
+        return [int(rng.integers(2**63))]
+    return [rng] if adapter.rng == "generator" else []
+
+
 def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
     """`function` as a verifier with `mrs.verify`'s signature: (x_draft [K], p [K, V], q [K+1, V], rng) -> tokens [n]."""
     def verify(x_draft, p, q, rng):  # [K], [K, V], [K+1, V] -> [n]
@@ -122,14 +152,7 @@ def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
                 p, q = np.log(p), np.log(q)  # log 0 = -inf
         if adapter.batch:
             x_draft, p, q = x_draft[None], p[None], q[None]  # [1, K], [1, K, V], [1, K+1, V]
-        args = [adapter.array(x_draft), adapter.array(p), adapter.array(q)]
-        if callable(adapter.rng):
-            args.append(adapter.rng(int(rng.integers(2**63))))
-        elif adapter.rng == "seed":
-            args.append(int(rng.integers(2**63)))
-        elif adapter.rng == "generator":
-            args.append(rng)
-        out = function(*args)
+        out = function(adapter.array(x_draft), adapter.array(p), adapter.array(q), *_rng_argument(adapter, rng))
         if adapter.returns == "count_and_token":
             n, extra = out
             n = int(_flat(n)[0])
@@ -189,8 +212,7 @@ class Report(Verdict):
 
     def text(self) -> str:
         m = sum(1 for c in self.checks if c.level is not None)
-        head = [f"conformance of {self.verifier} as {'token-level' if self.algorithm == 'token' else 'block'} "
-                f"verification (seed {self.seed})",
+        head = [f"conformance of {self.verifier} as {CHECKED_AS[self.algorithm]} (seed {self.seed})",
                 f"chi-square checks: {m}, each at level {FAMILY_LEVEL:g} / {m}: a correct verifier fails this run "
                 f"with probability at most {FAMILY_LEVEL:g}; the other checks never fail a correct verifier"]
         lines = head + [c.line() for c in self.checks]
@@ -225,9 +247,15 @@ class Report(Verdict):
             return ""
         exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
         counted = {c.name: c.samples for c in stat if not c.untested}
-        yes, no = power.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
         unseen = [c.name for c in stat if c.untested]
-        return (f"bugs that shipped (docs/shipped_bugs.md) this run catches with >= 95% power: {', '.join(yes) or 'none'}"
+        if self.algorithm in TREE_ALGORITHMS:  # the known bugs of specref/proof/tree.py, every check counted
+            edges = {bug for check, bug in TREE_EDGE_BUGS.items() if check in exact_ran}
+            yes, no = power.tree_caught(self.algorithm, counted, min(c.level for c in stat), edges)
+            what = "known tree bugs (specref/proof/tree.py)"
+        else:
+            yes, no = power.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+            what = "bugs that shipped (docs/shipped_bugs.md)"
+        return (f"{what} this run catches with >= 95% power: {', '.join(yes) or 'none'}"
                 + (f"; with less: {', '.join(no)}" if no else "")
                 + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else ""))
 
@@ -284,6 +312,8 @@ class Guarded:
 class Watched:
     """A verifier that records what is wrong with any of its outputs: length, prefix, ids, a kept q(x) = 0 draft."""
 
+    KEEPS = "length in 1..K+1, drafts as prefix, ids in [0, V), no draft with q(x) = 0 kept"  # what every output must
+
     def __init__(self, verifier: Callable):
         self.verifier, self.calls, self.problems = verifier, 0, Counter()
         self.example = {}
@@ -321,8 +351,7 @@ def _form_check(watched: Watched, name: str) -> Check:
     if watched.calls == 0:
         return Check(name, "edge", None, "no output to look at: every call raised")
     if not watched.problems:
-        return Check(name, "edge", True, f"{watched.calls} outputs: length in 1..K+1, drafts as prefix, ids in [0, V), "
-                                         "no draft with q(x) = 0 kept")
+        return Check(name, "edge", True, f"{watched.calls} outputs: {watched.KEEPS}")
     detail = "; ".join(f"{kind}: {count} of {watched.calls} outputs, e.g. {watched.example[kind]}"
                        for kind, count in watched.problems.items())
     return Check(name, "edge", False, detail)
@@ -367,17 +396,24 @@ def _law_check(name, verifier, case: Case, correct_law: Callable, signatures: li
         for s in signatures:
             bug = stats.rows_call_law(s.law, case.p, case.q)
             laws[s.name] = marginal(bug) if marginal is not None else bug
-        found, scores = _diagnose(counts, law, laws)
-        by_name = {s.name: s for s in signatures}
-        if found in by_name:
-            check.bug = found
-            check.diagnosis = (f"looks like {found}: {by_name[found].about} (total variation "
-                               f"{total_variation(counts, laws[found]):.3f}; from the correct law "
-                               f"{total_variation(counts, law):.3f})")
-        else:
-            check.diagnosis = found
+        scores = _name_the_bug(check, counts, law, laws, signatures)
     check.seconds = time.perf_counter() - start
     return check, scores
+
+
+def _name_the_bug(check: Check, counts: Counter, law: dict, laws: dict, signatures: list) -> dict:
+    """Diagnose a failing check from its counts: the known bug (laws: name -> exact law) they point to goes into
+    check.bug and check.diagnosis.  Returns each bug's log-likelihood, for the run's summary."""
+    found, scores = _diagnose(counts, law, laws)
+    by_name = {s.name: s for s in signatures}
+    if found in by_name:
+        check.bug = found
+        check.diagnosis = (f"looks like {found}: {by_name[found].about} (total variation "
+                           f"{total_variation(counts, laws[found]):.3f}; from the correct law "
+                           f"{total_variation(counts, law):.3f})")
+    else:
+        check.diagnosis = found
+    return scores
 
 
 def sequence_check(verifier, K: int, level: float = FAMILY_LEVEL, rng: np.random.Generator | None = None,
@@ -491,7 +527,10 @@ def _probe_injectable(verifier) -> str:
 
 
 def exact_checks(verifier: Callable, algorithm: str = "token") -> list[Check]:
-    """The exact tier on a verifier with `mrs.verify`'s signature that takes injected uniforms: the vectors, two edge cases."""
+    """The exact tier on a verifier with `mrs.verify`'s signature that takes injected uniforms: the vectors, two edge
+    cases; for a tree algorithm, on a verifier with the tree contract: its vectors and three edge cases."""
+    if algorithm in TREE_ALGORITHMS:
+        return [_tree_vectors_check(verifier, algorithm), *_tree_edge_checks(verifier, algorithm)]
     return [_vectors_check(verifier, algorithm, DIAGNOSED[algorithm]), *_injected_edge_checks(verifier)]
 
 
@@ -518,9 +557,14 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     ids, an id outside [0, V)) or a call past a limit ends the run at once with a failing check
     named "contract" or "time limit" that says what was wrong.  The run then ends within
     time_limit + call_limit plus the checker's own work after the last call (a second or two).
+
+    A tree algorithm ("tree-topk", "tree-mss", "tree-rrs") checks a tree verifier instead: `check_tree`.
     """
+    if algorithm in TREE_ALGORITHMS:
+        return check_tree(function, adapter, algorithm, seed=seed, vectors_tier=vectors_tier, name=name,
+                          progress=progress, scale=scale, call_limit=call_limit, time_limit=time_limit)
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {ALGORITHMS}, got {algorithm!r}")
+        raise ValueError(f"algorithm must be one of {ALGORITHMS + TREE_ALGORITHMS}, got {algorithm!r}")
     start = time.perf_counter()
     limits = Limits(call_limit, time_limit, "verifier call")
     verifier = Guarded(adapt(function, adapter), limits)
@@ -588,13 +632,26 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
         add(c)
 
     except Stop as stop:  # a contract violation or a time limit: the run ends here, failed, saying why
-        add(Check(stop.check, "edge", False, str(stop)))
-        named = _edge_names(report)  # a shipped bug whose signature this stop (or an earlier edge check) is
-        report.diagnosis = f"{stop.check}: {stop}" + (f"; {named}" if named else "")
-        report.seconds = time.perf_counter() - start
-        return report
+        return _stopped(report, stop, add, start)
+    return _finished(report, ll_sum, signatures, start)
 
+
+def _stopped(report: Report, stop: Stop, add: Callable[[Check], None], start: float) -> Report:
+    """The report of a run that a contract violation or a time limit ended: a failing check saying why."""
+    add(Check(stop.check, "edge", False, str(stop)))
+    named = _edge_names(report)  # a known bug whose signature this stop (or an earlier edge check) is
+    report.diagnosis = f"{stop.check}: {stop}" + (f"; {named}" if named else "")
+    report.seconds = time.perf_counter() - start
+    return report
+
+
+def _finished(report: Report, ll_sum: Counter, signatures: list, start: float) -> Report:
+    """The report of a run that went through every check: its diagnosis, raising reported as raising."""
     report.diagnosis = _summary(report, ll_sum, signatures)
+    if report.algorithm in TREE_ALGORITHMS and report.diagnosis.startswith("no known bug"):  # the vectors may name one
+        named = [c for c in report.failed if c.tier == "exact" and c.diagnosis.startswith("the same tokens as ")]
+        if named:
+            report.diagnosis = f"{named[0].diagnosis} (the check '{named[0].name}' failed)"
     raised = [c for c in report.failed if c.detail.startswith("raised ")]
     if raised:  # a verifier that raises is reported as raising
         report.diagnosis = (f"the verifier raised ({raised[0].detail[len('raised '):]}) in {len(raised)} of the "
@@ -606,7 +663,7 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
 def _count_as_test(c: Check, algorithm: str) -> Check:
     """Mark a passing chi-square check as not tested when its samples are too few to test anything (`power.untested`:
     one bin, or fewer than half the known bugs it sees at its default size seen), with the samples it needs."""
-    bugs = tuple(SIGNATURES[algorithm])
+    bugs = tuple(tree.ALGORITHMS[algorithm].bugs if algorithm in TREE_ALGORITHMS else SIGNATURES[algorithm])
     why, needs = power.untested(algorithm, bugs, c.name, c.samples, c.level)
     if why:
         n_full = power.check_laws(algorithm, bugs)[c.name][0]
@@ -615,9 +672,18 @@ def _count_as_test(c: Check, algorithm: str) -> Check:
 
 
 def _edge_names(report: Report) -> str:
-    """The shipped bugs (specref.proof.shipped) that the run's failing edge or contract checks are the signature of."""
-    found = [(c, s) for c, s in ((c, shipped.edge_signature(c.name, c.detail)) for c in report.failed) if s is not None]
-    return "; ".join(f"{s.name}: {s.bug.about} (the check '{c.name}' failed)" for c, s in found)
+    """The known bugs that the run's failing edge or contract checks are the signature of: the shipped bugs
+    (specref.proof.shipped), and for a tree verifier first its algorithm's own (TREE_EDGE_BUGS)."""
+    found = []
+    for c in report.failed:
+        if report.algorithm in TREE_ALGORITHMS and c.name in TREE_EDGE_BUGS:
+            bug = tree.ALGORITHMS[report.algorithm].bug[TREE_EDGE_BUGS[c.name]]
+            found.append((c, bug.name, bug.about))
+            continue
+        s = shipped.edge_signature(c.name, c.detail)
+        if s is not None:
+            found.append((c, s.name, s.bug.about))
+    return "; ".join(f"{name}: {about} (the check '{c.name}' failed)" for c, name, about in found)
 
 
 def _summary(report: Report, ll_sum: Counter, signatures: list[broken.Bug]) -> str:
@@ -636,6 +702,388 @@ def _summary(report: Report, ll_sum: Counter, signatures: list[broken.Bug]) -> s
     else:
         found = f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
     return f"{edge}; {found}" if edge else found
+
+
+# ---------------------------------------------------------------- trees of drafts
+#
+# A tree verifier has the contract of specref.mrs's verify_tree_topk, verify_tree_mss and verify_tree_rrs:
+# (tokens [N], parents [N], p [N+1, V], q [N+1, V], rng) -> the accepted path's tokens, then one more token.  The
+# checker draws each tree itself, the way the algorithm assumes (specref.proof.tree.ALGORITHMS[...].children),
+# and compares the output with the exact law of one call, the tree's drawing included (tree.call_law).
+
+# A failing exact-tier edge check of a tree run names this known bug of its algorithm (tree.ALGORITHMS[...].bug).
+TREE_EDGE_BUGS = {"edge q(x) = 0, u = 0": "inclusive_zero_coin"}
+# The largest float64 below 1: a uniform that a test u < ratio passes only when the ratio is at least 1.
+U_MAX = 1.0 - 2.0 ** -53
+
+
+def adapt_tree(function: Callable, adapter: Adapter = Adapter()) -> Callable:
+    """`function` as a tree verifier with `mrs.verify_tree_mss`'s signature: (tokens [N], parents [N], p [N+1, V],
+    q [N+1, V], rng) -> tokens [n].  `adapter.batch` adds a leading dimension of 1 to all four arrays; a tree
+    verifier returns its tokens (returns="count_and_token" names no path: refused)."""
+    if adapter.returns != "tokens":
+        raise ValueError("a tree verifier returns the path's tokens and one more: Adapter.returns must be 'tokens' "
+                         f"(a count does not say which path), got {adapter.returns!r}")
+
+    def verify_tree(tokens, parents, p, q, rng):  # [N], [N], [N+1, V], [N+1, V] -> [n]
+        arrays = [np.asarray(tokens, dtype=np.int64), np.asarray(parents, dtype=np.int64), p, q]
+        if adapter.log_probs:
+            with np.errstate(divide="ignore"):
+                arrays[2:] = np.log(p), np.log(q)  # log 0 = -inf
+        if adapter.batch:
+            arrays = [a[None] for a in arrays]  # [1, N], [1, N], [1, N+1, V], [1, N+1, V]
+        out = function(*[adapter.array(a) for a in arrays], *_rng_argument(adapter, rng))
+        return _flat(out[0] if adapter.batch and not np.isscalar(out) and len(out) == 1 else out)
+
+    verify_tree.__name__ = getattr(function, "__name__", "verify_tree")
+    return verify_tree
+
+
+def tree_contract_problem(out, parents, V: int) -> str:  # [n], [N] -> 
+    """'' if `out` can be a tree verifier's output for a tree with these parents (1-D, 1 to depth + 1 integer ids in
+    [0, V)), else what is wrong.  (Whether the path follows the tree's edges is `WatchedTree`'s to see.)"""
+    depth = tree.depth(np.asarray(parents).tolist())
+    try:
+        out = np.asarray(out)
+    except Exception as e:  # noqa: BLE001  (whatever it returned)
+        return f"returned something that is not an array of token ids ({type(e).__name__}: {e})"
+    if out.ndim != 1:
+        return f"returned an array of shape {out.shape}, not a 1-D array of token ids"
+    if not 1 <= len(out) <= depth + 1:
+        return f"returned {len(out)} tokens for a tree of depth {depth} (must be 1 to depth + 1 = {depth + 1})"
+    if out.dtype.kind == "f":
+        if not (np.all(np.isfinite(out)) and np.all(out == np.round(out))):
+            return f"returned {out.tolist()}: not integer token ids"
+    elif out.dtype.kind not in "iub":
+        return f"returned {out.tolist()!r} of dtype {out.dtype}: not integer token ids"
+    if np.any((out < 0) | (out >= V)):
+        return f"returned {out.tolist()}: a token id outside the vocabulary [0, {V})"
+    return ""
+
+
+class GuardedTree:
+    """A tree verifier under `limits`, whose every output must keep the contract (else ContractViolation)."""
+
+    def __init__(self, verifier: Callable, limits: Limits):
+        self.verifier, self.limits = verifier, limits
+        self.__name__ = getattr(verifier, "__name__", "verify_tree")
+
+    def __call__(self, tokens, parents, p, q, rng):
+        out = self.limits.call(self.verifier, tokens, parents, p, q, rng)
+        problem = tree_contract_problem(out, parents, np.shape(q)[1])
+        if problem:
+            raise ContractViolation(f"{problem}; call {self.limits.calls}, tokens={np.asarray(tokens).tolist()}, "
+                                    f"parents={np.asarray(parents).tolist()}")
+        return np.asarray(out)
+
+
+def path_problem(out, tokens, parents, q) -> str:  # [n], [N], [N], [N+1, V] -> 
+    """'' if out[:-1] walks down the tree's edges from the root (each token a child of the node before) and keeps
+    no child the target gives q(x) = 0 in its parent's row, else which of the two it does not."""
+    children = tree.children_of(parents)
+    rows = [0]  # the rows of the nodes the path so far may be at (siblings may repeat a token under tree-mss)
+    for y in out[:-1]:
+        kept = [(row, i) for row in rows for i in children[row] if tokens[i] == y]  # (parent's row, child)
+        if not kept:
+            return "the path does not follow the tree's edges"
+        if any(q[row, y] == 0.0 for row, _ in kept):
+            return "kept a child with q(x) = 0"
+        rows = [i + 1 for _, i in kept]
+    return ""
+
+
+class WatchedTree(Watched):
+    """A tree verifier that records what is wrong with any of its outputs: length, ids, a path off the tree's edges,
+    a kept child with q(x) = 0."""
+
+    KEEPS = "length 1 to depth + 1, ids in [0, V), the path along the tree's edges, no child with q(x) = 0 kept"
+
+    def __call__(self, tokens, parents, p, q, rng):
+        out = self.verifier(tokens, parents, p, q, rng)
+        self.calls += 1
+        where = f"tokens={list(map(int, tokens))} parents={list(map(int, parents))} -> {np.asarray(out).tolist()}"
+        problem = "" if isinstance(self.verifier, GuardedTree) else tree_contract_problem(out, parents, q.shape[1])
+        if problem:  # (GuardedTree stops the run on these before they get here)
+            self._problem(problem.split(":")[0].split(" (")[0], where)
+            return np.asarray(out)
+        out = np.asarray(out).astype(np.int64)
+        problem = path_problem(out.tolist(), np.asarray(tokens).tolist(), np.asarray(parents).tolist(), q)
+        if problem:
+            self._problem(problem, where)
+        return out
+
+
+def _probe_injectable_tree(verifier) -> str:
+    """'' if the tree verifier draws only random() from the rng it is handed, else why the exact tier is skipped."""
+    p = np.full((3, 4), 0.25)
+    q = np.array([[0.30, 0.45, 0.10, 0.15], [0.25] * 4, [0.25] * 4])
+    try:
+        verifier(np.array([0, 1]), np.array([-1, -1]), p, q, vectors.ListedUniforms([], tail=0.5))
+    except (AttributeError, TypeError) as e:
+        return f"the verifier uses more of the generator than random() ({type(e).__name__}: {e})"
+    except Exception:  # noqa: BLE001  (another error is for the checks to report)
+        return ""
+    return ""
+
+
+def _tree_vectors_check(verifier, algorithm: str) -> Check:
+    """The portable vectors of specref/proof/tree_vectors.json for this algorithm's verifier: same uniforms, same tokens;
+    if some differ, the known bugs that give the same tokens on every vector."""
+    start = time.perf_counter()
+    function = "verify_" + algorithm.replace("-", "_")  # "tree-mss" -> "verify_tree_mss"
+    chosen = [c for c in json.loads(tree_vectors.PATH.read_text())["cases"] if c["function"] == function]
+
+    def outcomes(f) -> list:  # per vector: the tokens, or what went wrong
+        got = []
+        for case in chosen:
+            rng = vectors.ListedUniforms(case["uniforms"])
+            try:
+                tokens = [int(y) for y in f(np.array(case["tokens"], dtype=np.int64), np.array(case["parents"],
+                                            dtype=np.int64), np.array(case["p"]), np.array(case["q"]), rng)]
+                got.append(tokens if rng.used == len(rng.uniforms) else
+                           f"drew {rng.used} of the {len(rng.uniforms)} listed uniforms")
+            except Exception as e:  # noqa: BLE001  (a crash, or a different number of uniforms, is an outcome)
+                got.append(f"raised {type(e).__name__}")
+        return got
+
+    got = outcomes(verifier)
+    wrong = [(c["name"], c["tokens_out"], g) for c, g in zip(chosen, got) if g != c["tokens_out"]]
+    check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors "
+                  "give the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
+                                                if wrong else ""), samples=len(chosen))
+    if wrong:
+        same = [b.name for b in tree.ALGORITHMS[algorithm].bugs if outcomes(b) == got]
+        check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
+                           "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
+                           "another order than specref/mrs.py's \"Randomness of the tree verifiers\" documents)")
+    check.seconds = time.perf_counter() - start
+    return check
+
+
+def _edge(name: str, verifier, args, judge: Callable) -> Check:
+    """One injected-uniform edge case: judge(out) -> (passed, why if not); a raise fails it, reported as a raise."""
+    tokens, parents = args[0], args[1]
+    try:
+        out = np.asarray(verifier(*args))
+        ok, why = judge(out)
+        detail = f"tokens={tokens.tolist()} parents={parents.tolist()} -> {out.tolist()}" + ("" if ok else f" ({why})")
+    except Exception as e:  # noqa: BLE001
+        ok, detail = False, f"raised {type(e).__name__}: {e}"
+    return Check(name, "exact", bool(ok), detail)
+
+
+def _tree_edge_checks(verifier, algorithm: str) -> list[Check]:
+    """The exact tier's edge cases for a tree verifier, each with chosen uniforms: q(x) = 0 at a child with u = 0
+    (never accepted), a child accepted for certain (ratio exactly 1) with u = 1 - 2^-53, and a rejection that leaves
+    an all-zero residual (rounding): a token of the vocabulary, never NaN or the id V."""
+    flat, leaf = np.full(4, 0.25), [0.05, 0.15, 0.5, 0.3]
+    q0 = [0.0, 0.5, 0.25, 0.25]
+    checks = [_edge("edge q(x) = 0, u = 0", verifier, (np.array([0, 1]), np.array([-1, -1]), np.tile(flat, (3, 1)),
+                    np.array([q0, leaf, leaf]), vectors.ListedUniforms([0.0], tail=0.5)),
+                    lambda out: (int(out[0]) != 0, "kept a child the target never emits, at u = 0: the test must be "
+                                                   "strict, u < ratio"))]
+    tokens, parents = np.array([0, 1, 2, 3, 1, 3]), np.array([-1, -1, 0, 0, 1, 1])
+    if algorithm == "tree-topk":  # q's mass on a node's two children: the second's ratio q(c_2) / (1 - q(c_1)) is 1
+        q = np.array([[0.25, 0.75, 0, 0], leaf, [0, 0.25, 0, 0.75], leaf, leaf, leaf, leaf])
+        p, path, name, why = np.tile(flat, (7, 1)), [1, 3], "edge certain accept, u -> 1", \
+            "q(c_2) / (1 - q(c_1)) = 1: the second child must be kept even with u = 1 - 2^-53"
+    else:  # p == q: every ratio is 1, so the first child at every node is kept
+        p = np.array([[0.4, 0.3, 0.2, 0.1], flat, [0.1, 0.2, 0.3, 0.4], leaf, leaf, leaf, leaf])
+        q, path, name, why = p.copy(), [0, 2], "edge p == q, u -> 1", \
+            "with p == q every ratio is 1: the first child must be kept even with u = 1 - 2^-53"
+    checks.append(_edge(name, verifier, (tokens, parents, p, q, vectors.ListedUniforms([], tail=U_MAX)),
+                        lambda out: (len(out) == 3 and [int(y) for y in out[:2]] == path, f"expected the path {path}"
+                                     f" and one more token: {why}")))
+    if algorithm == "tree-topk":  # the children hold all of q's mass, to rounding: q without them is all zero
+        near = 1 - 1e-6
+        args = (np.array([0, 1]), np.array([-1, -1]), np.tile(flat, (3, 1)),
+                np.array([[0.5 * near, 0.5 * near, 0, 0], leaf, leaf]), vectors.ListedUniforms([U_MAX] * 2, tail=0.5))
+        rest = "both children rejected, q without them is all zero (the children hold q's mass, to rounding)"
+    else:  # p and q one rounding apart: q(x) / p(x) = 1 - 1e-12 < u = 1 - 2^-53 rejects x, max(0, q - p) is all zero
+        args = (np.array([0]), np.array([-1]), np.tile(flat, (2, 1)),
+                np.array([[0.25 * (1 - 1e-12), 0.25, 0.25, 0.25], leaf]), vectors.ListedUniforms([U_MAX], tail=0.5))
+        rest = "the child rejected, max(0, q - p) is all zero (p and q one rounding apart)"
+    checks.append(_edge("edge all-zero residual", verifier, args, lambda out: (
+        out.ndim == 1 and 1 <= len(out) <= 2 and np.isfinite(out).all() and np.all((out >= 0) & (out < 4)),
+        f"{rest}: the last token must fall back to q, never NaN or an id outside the vocabulary: GHSA-8wr5-jm2h-8r4f")))
+    return checks
+
+
+def _tree_law_check(verifier, algorithm: str, case: TreeCase, level: float, rng) -> tuple[Check, dict]:
+    """The chi-square check of one call's output on `case`, trees drawn the algorithm's way, against the exact law;
+    if it fails, the known bug of tree.ALGORITHMS[algorithm] it looks like."""
+    start = time.perf_counter()
+    alg, setting = tree.ALGORITHMS[algorithm], TreeSetting(case)
+    counts = Counter()
+    for _ in range(case.n):
+        tokens, parents, p, q = setting.call(alg.children, rng)
+        counts[tuple(int(y) for y in verifier(tokens, parents, p, q, rng))] += 1
+    law = tree_call_law(algorithm, case.name)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
+    check = Check(f"one call: {case.name}", "statistical", pvalue > level,
+                  f"chi2={stat:.1f} dof={dof} ({case.shape} trees, V={case.V})", pvalue, level, case.n)
+    scores = {}
+    if not check.passed:
+        laws = {b.name: tree_call_law(algorithm, case.name, b.name) for b in alg.bugs}
+        scores = _name_the_bug(check, counts, law, laws, list(alg.bugs))
+    check.seconds = time.perf_counter() - start
+    return check, scores
+
+
+def tree_one_call_check(verifier: Callable, case: TreeCase, algorithm: str = "tree-mss", level: float = FAMILY_LEVEL,
+                        rng: np.random.Generator | None = None) -> Check:
+    """The chi-square check of one call's output law on a tree case (the tree contract), with a diagnosis if it fails."""
+    return _tree_law_check(verifier, algorithm, case, level, np.random.default_rng(0) if rng is None else rng)[0]
+
+
+def tree_sequence_check(verifier: Callable, algorithm: str, widths: tuple, level: float = FAMILY_LEVEL,
+                        rng: np.random.Generator | None = None, runs: int = TREE_N_SEQUENCES) -> Check:
+    """The chi-square check of `runs` whole sequences of a speculative loop with trees (each call: a tree of `widths`
+    drawn the algorithm's way from the draft at the tokens so far, the target's rows on it, the verifier; until
+    SEQ_N new tokens) against the exact law of the Markov-chain target's sequences (tree.loop_law: the same)."""
+    rng = np.random.default_rng(0) if rng is None else rng
+    start = time.perf_counter()
+    children = tree.ALGORITHMS[algorithm].children
+    target, draft = stats.markov_pair()
+    law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
+
+    def run(r):
+        x = [int(t) for t in SEQ_PROMPT]
+        while len(x) < len(SEQ_PROMPT) + SEQ_N:
+            context = tuple(x)  # at least `order` tokens: the Markov chains read the last ones
+
+            def draft_row(path, context=context):
+                return draft.table[(context + path)[-draft.order:]]
+
+            def target_row(path, context=context):
+                return target.table[(context + path)[-target.order:]]
+
+            tokens, parents = tree.draw_tree(children, draft_row, widths, r)
+            p, q = np.array(tree.tree_rows(tokens, parents, draft_row)), np.array(tree.tree_rows(tokens, parents,
+                                                                                                  target_row))
+            x.extend(int(y) for y in verifier(np.array(tokens), np.array(parents), p, q, r))
+        return np.array(x[: len(SEQ_PROMPT) + SEQ_N])
+
+    counts = stats.sample_sequences(run, runs, len(SEQ_PROMPT), rng)
+    stat, dof, pvalue = stats.chi_square_gof(counts, law)
+    shape = "x".join(str(w) for w in widths)
+    return Check(f"sequences {shape}", "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} (all "
+                 f"{SEQ_V ** SEQ_N} sequences of {SEQ_N} tokens, {shape} trees, Markov-chain target)", pvalue, level,
+                 runs, seconds=time.perf_counter() - start)
+
+
+def _tree_certain_check(verifier, algorithm: str, rng) -> Check:
+    """Over a large dense vocabulary, rows under which every call keeps a whole path: p == q (every ratio 1, the
+    first child kept) for tree-mss and tree-rrs; q's mass only on a node's two top-k children for tree-topk."""
+    start = time.perf_counter()
+    calls, widths = 50, (2, 2)
+    dense = rng.dirichlet(np.full(LARGE_V, 0.5), size=len(widths) + 1)  # [depth + 1, V]: the rows at each depth
+    target = dense.copy()  # p == q
+    if algorithm == "tree-topk":  # q's mass on each node's two children (the top 2 of p), and nothing else
+        for d in range(len(widths)):
+            target[d] = 0.0
+            target[d, tree.draw_children("topk", dense[d], 2, rng)] = [0.25, 0.75]
+
+    def draft_row(path):  # the rows depend on the depth only
+        return dense[len(path)]
+
+    def target_row(path):
+        return target[len(path)]
+
+    children, short = tree.ALGORITHMS[algorithm].children, 0
+    fixed = tree.draw_tree(children, draft_row, widths, rng) if children == "topk" else None  # (no randomness)
+    for _ in range(calls):
+        tokens, parents = fixed or tree.draw_tree(children, draft_row, widths, rng)
+        p, q = np.array(tree.tree_rows(tokens, parents, draft_row)), np.array(tree.tree_rows(tokens, parents,
+                                                                                              target_row))
+        if len(verifier(np.array(tokens), np.array(parents), p, q, rng)) != len(widths) + 1:
+            short += 1
+    if algorithm == "tree-topk":
+        name, why = "edge q on the children, large V", "with q's mass on a node's two children the walk always goes on"
+    else:
+        name, why = "edge p == q, large V", "with p == q every ratio is 1: the first child is always kept"
+    return Check(name, "edge", short == 0, f"V={LARGE_V}, 2x2 trees: {calls - short} of {calls} calls kept a whole "
+                 "path" + ("" if short == 0 else f" ({why})"), seconds=time.perf_counter() - start)
+
+
+def check_tree(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "tree-mss", seed: int = 0,
+               vectors_tier: bool = True, name: str | None = None, progress: Callable[[Check], None] | None = None,
+               scale: float = 1.0, call_limit: float = CALL_LIMIT, time_limit: float = RUN_LIMIT) -> Report:
+    """Run every check on `function` (through `adapter`) as a tree verifier of `algorithm` (TREE_ALGORITHMS).
+
+    Requires: function behaves like specref.mrs.verify_tree_topk, verify_tree_mss or verify_tree_rrs (tokens [N],
+    parents [N], p [N+1, V], q [N+1, V], rng -> the accepted path's tokens, then one more) once `adapter` is
+    applied.  The checker draws every tree the way the algorithm assumes (tree.ALGORITHMS[algorithm].children:
+    the draft's top-k, i.i.d. draws, draws without replacement; siblings in drawing order).  Tiers as `check`:
+    exact (the vectors of tree_vectors.json and three edge cases with chosen uniforms) when the function is handed
+    the checker's generator; statistical always (one call against its exact law on four tree cases, whole
+    sequences of a tree loop for two tree shapes, each at FAMILY_LEVEL / 6; every output watched; a large-vocabulary
+    case whose every call keeps a whole path).  Same time limits, contract stop (1 to depth + 1 integer ids in
+    [0, V)), not-tested rule and diagnosis (the known bugs of tree.ALGORITHMS[algorithm]).
+    """
+    if algorithm not in TREE_ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {TREE_ALGORITHMS} for a tree verifier, got {algorithm!r}")
+    start = time.perf_counter()
+    limits = Limits(call_limit, time_limit, "verifier call")
+    verifier = GuardedTree(adapt_tree(function, adapter), limits)
+    report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed, scale=scale)
+    bugs = list(tree.ALGORITHMS[algorithm].bugs)
+
+    def add(c: Check) -> None:
+        report.checks.append(c)
+        if progress is not None:
+            progress(c)
+
+    def add_tested(c: Check) -> None:  # a chi-square check that found nothing wrong: did it test anything?
+        if c.passed and scale < 1:  # at the default sizes every check does (tests/proof/test_conform_tree.py)
+            _count_as_test(c, algorithm)
+        add(c)
+
+    ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
+    try:
+        why_not = "" if vectors_tier and adapter.injectable else (
+            "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
+        if not why_not:
+            why_not = _probe_injectable_tree(verifier)
+        if why_not:
+            add(Check("exact tier", "exact", None, f"skipped: {why_not}; the u = 0, certain-accept and all-zero "
+                                                   "residual edge cases need injected uniforms"))
+        else:
+            for c in exact_checks(verifier, algorithm):
+                add(c)
+
+        case_list = [replace(c, n=max(1, round(c.n * scale))) for c in tree_cases()]
+        m = len(case_list) + len(TREE_SEQ_WIDTHS)  # chi-square checks in this run
+        level = FAMILY_LEVEL / m
+        seeds = np.random.default_rng(seed).integers(2**63, size=m + 1)
+        watched = WatchedTree(verifier)
+        for i, case in enumerate(case_list):
+            try:
+                c, scores = _tree_law_check(watched, algorithm, case, level, np.random.default_rng(seeds[i]))
+                if not c.passed:
+                    ll_sum.update(scores)
+            except Exception as e:  # noqa: BLE001  (a crash fails the check, with what it said)
+                c = Check(f"one call: {case.name}", "statistical", False, f"raised {type(e).__name__}: {e}", level=level)
+            add_tested(c)
+        for j, widths in enumerate(TREE_SEQ_WIDTHS):
+            runs = max(1, round(TREE_N_SEQUENCES * scale))
+            try:
+                c = tree_sequence_check(watched, algorithm, widths, level,
+                                        np.random.default_rng(seeds[len(case_list) + j]), runs)
+            except Exception as e:  # noqa: BLE001
+                c = Check(f"sequences {'x'.join(map(str, widths))}", "statistical", False,
+                          f"raised {type(e).__name__}: {e}", level=level)
+            add_tested(c)
+        add(_form_check(watched, "every output seen"))
+        try:
+            c = _tree_certain_check(verifier, algorithm, np.random.default_rng(seeds[-1]))
+        except Exception as e:  # noqa: BLE001
+            c = Check("edge p == q, large V" if algorithm != "tree-topk" else "edge q on the children, large V",
+                      "edge", False, f"raised {type(e).__name__}: {e}")
+        add(c)
+    except Stop as stop:  # a contract violation or a time limit: the run ends here, failed, saying why
+        return _stopped(report, stop, add, start)
+    return _finished(report, ll_sum, bugs, start)
 
 
 def assert_conforms(function: Callable, adapter: Adapter = Adapter(), **kwargs) -> Report:

@@ -15,6 +15,10 @@ lower bound and its sample size for 95% power an upper bound.
 Whether a check of a given size tests anything at all (`counts_as_test`, the sequence checks
 included through `stats.speculative_sequence_law`): at least two bins, and at least half of the
 known bugs it sees at its default size seen at that size.
+
+Tree verifiers (conform.check_tree): the same, on the exact laws of cases.tree_call_law and
+cases.tree_sequence_law against the known bugs of tree.ALGORITHMS[algorithm]; `tree_caught` counts
+the sequence checks too, their laws being exact (tree.loop_law).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import cases, shipped, stats
+from specref.proof import cases, shipped, stats, tree
 from specref.proof.stats import total_variation
 
 
@@ -158,7 +162,10 @@ def sequence_law(law_given_drafts, K: int) -> dict:
 def check_laws(algorithm: str, bugs: tuple) -> dict:
     """Every chi-square check of a run (the sequence checks too): name -> (default n, correct law, the laws of `bugs`).
 
-    bugs: the known bugs the checks are there for (conform.SIGNATURES[algorithm]), each with its exact call law."""
+    bugs: the known bugs the checks are there for (conform.SIGNATURES[algorithm], or for a tree algorithm
+    tree.ALGORITHMS[algorithm].bugs), each with its exact call law."""
+    if algorithm in tree.ALGORITHMS:
+        return _tree_check_laws(algorithm, bugs)
     out = {}
     for i, ((name, case, marginal), correct) in enumerate(zip(_checks(algorithm), _correct_laws(algorithm))):
         out[name] = (case.n, cases.count_marginal(correct) if marginal else correct,
@@ -168,6 +175,37 @@ def check_laws(algorithm: str, bugs: tuple) -> dict:
     for K in cases.SEQ_K:
         out[f"sequences K={K}"] = (cases.N_SEQUENCES, correct, tuple(sequence_law(bug.law, K) for bug in bugs))
     return out
+
+
+def _tree_check_laws(algorithm: str, bugs: tuple) -> dict:
+    # A tree run's checks (conform.check_tree): one call on each of cases.tree_cases(), and the tree loop's sequences.
+    out = {}
+    for case in cases.tree_cases():
+        out[f"one call: {case.name}"] = (case.n, cases.tree_call_law(algorithm, case.name),
+                                         tuple(cases.tree_call_law(algorithm, case.name, bug.name) for bug in bugs))
+    for widths in cases.TREE_SEQ_WIDTHS:
+        out[f"sequences {'x'.join(map(str, widths))}"] = (
+            cases.TREE_N_SEQUENCES, cases.tree_sequence_law(algorithm, widths),
+            tuple(cases.tree_sequence_law(algorithm, widths, bug.name) for bug in bugs))
+    return out
+
+
+def tree_caught(algorithm: str, samples: dict, level: float, edges: set[str]) -> tuple[list[str], list[str]]:
+    """(the known bugs of tree.ALGORITHMS[algorithm] a tree run with these per-check samples catches with >= 95% power,
+    the others), each with its power; a bug in `edges` is caught for certain by an exact-tier edge check that ran."""
+    bugs = tuple(tree.ALGORITHMS[algorithm].bugs)
+    laws = check_laws(algorithm, bugs)
+    yes, no = [], []
+    for k, bug in enumerate(bugs):
+        if bug.name in edges:
+            yes.append(f"{bug.name} (edge check)")
+            continue
+        miss = 1.0
+        for name, n in samples.items():
+            _, correct, bug_laws = laws[name]
+            miss *= 1.0 - check_power(bug_laws[k], correct, n, level)
+        (yes if 1.0 - miss >= 0.95 else no).append(f"{bug.name} ({1.0 - miss:.0%})")
+    return yes, no
 
 
 @functools.lru_cache(maxsize=None)

@@ -279,3 +279,78 @@ def test_pipeline_mode_a_run_that_tests_nothing_or_cannot_range_check_ids_is_sta
     assert cli.main(["conform", "--pipeline", f"{tmp_path}/gen.py:generate", "--reference", f"{PIPE}:TOY.plain",
                      "--samples", "300", "--vocabulary", "6"]) == 1
     assert "token id 4611686018427387904, outside [0, 6)" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- tree verifiers: --algorithm tree-topk | tree-mss | tree-rrs
+
+HOSTILE_TREE = '''
+import time
+import numpy as np
+
+def huge(tokens, parents, p, q, rng):
+    return np.array([10**9])
+
+def nan(tokens, parents, p, q, rng):
+    return np.array([np.nan])
+
+def too_many(tokens, parents, p, q, rng):
+    return np.zeros(len(tokens) + 2, dtype=np.int64)
+
+def sleeps(tokens, parents, p, q, rng):
+    time.sleep(60)
+'''
+
+
+@pytest.mark.parametrize("name, check, message", [
+    ("huge", "contract", "returned [1000000000]: a token id outside the vocabulary [0, 4)"),
+    ("nan", "contract", "returned [nan]: not integer token ids"),
+    ("too_many", "contract", "returned 4 tokens for a tree of depth 1 (must be 1 to depth + 1 = 2)"),
+    ("sleeps", "time limit", "verifier call 1 did not return within its time limit of 0.25 s"),
+])
+def test_a_hostile_tree_verifier_fails_at_once_through_the_command(capsys, tmp_path, name, check, message):
+    (tmp_path / "hostile_tree.py").write_text(HOSTILE_TREE)
+    cli = importlib.import_module("specref.__main__")
+    start = time.monotonic()
+    status = cli.main(["conform", f"{tmp_path}/hostile_tree.py:{name}", "--algorithm", "tree-mss", "--call-limit", "0.25"])
+    seconds = time.monotonic() - start
+    out = capsys.readouterr().out
+    print(out, f"{seconds:.2f} s")
+    assert status == 1 and "as tree-mss verification" in out and f"FAIL  {check}" in out and message in out
+    assert f"diagnosis: {check}: " in out and seconds < 5.0
+
+
+def test_a_tree_algorithm_reaches_the_checker(monkeypatch, capsys):
+    seen = {}
+
+    def fake_check(function, adapter, **kwargs):
+        seen.update(kwargs, function=function, adapter=adapter)
+        return _report(True)
+
+    monkeypatch.setattr(conform, "check", fake_check)
+    cli = importlib.import_module("specref.__main__")
+    assert cli.main(["conform", "specref.mrs:verify_tree_rrs", "--algorithm", "tree-rrs", "--log-probs", "--batch"]) == 0
+    from specref import mrs
+    assert seen["function"] is mrs.verify_tree_rrs and seen["algorithm"] == "tree-rrs"
+    assert seen["adapter"].log_probs and seen["adapter"].batch
+    assert "PASSED" in capsys.readouterr().out
+
+
+def test_count_and_token_is_refused_for_a_tree_verifier(capsys):
+    cli = importlib.import_module("specref.__main__")
+    with pytest.raises(SystemExit) as exit:
+        cli.main(["conform", "specref.mrs:verify_tree_mss", "--algorithm", "tree-mss", "--returns", "count-and-token"])
+    assert exit.value.code == 2
+    assert "a count does not say which path was accepted" in assert_one_error_line(capsys.readouterr().err, PROG,
+                                                                                    "--returns")
+
+
+@pytest.mark.slow  # a full run each: about 20 s for the reference, a minute for the control
+def test_a_real_process_passes_a_reference_tree_verifier_and_fails_a_control(tmp_path):
+    r = python("-m", "specref", "conform", "specref.mrs:verify_tree_rrs", "--algorithm", "tree-rrs")
+    print(r.stdout)
+    assert r.returncode == 0 and "PASSED" in r.stdout, r.stderr
+    (tmp_path / "control.py").write_text("from specref.proof import tree\n"
+                                         "rrs_without_zeroing_p = tree.ALGORITHMS['tree-rrs'].bug['rrs_without_zeroing_p']\n")
+    r = python("-m", "specref", "conform", f"{tmp_path}/control.py:rrs_without_zeroing_p", "--algorithm", "tree-rrs")
+    print(r.stdout)
+    assert r.returncode == 1 and "diagnosis: rrs_without_zeroing_p: " in r.stdout, r.stderr
