@@ -273,16 +273,17 @@ def _round_up(x: float) -> str:
 
 # ---------------------------------------------------------------- watching every output
 
-def contract_problem(out, K: int, V: int) -> str:
-    """'' if `out` is a possible output of a verifier call (1-D, 1..K+1 integer ids in [0, V)), else what is wrong."""
+def token_ids_problem(out, V: int, longest: int, length_error) -> str:
+    """'' if `out` is 1-D with 1..longest integer token ids in [0, V), else what is wrong; `length_error(n)`
+    words a length outside 1..longest (the one wording that depends on what was called)."""
     try:
         out = np.asarray(out)
     except Exception as e:  # noqa: BLE001  (whatever it returned)
         return f"returned something that is not an array of token ids ({type(e).__name__}: {e})"
     if out.ndim != 1:
         return f"returned an array of shape {out.shape}, not a 1-D array of token ids"
-    if not 1 <= len(out) <= K + 1:
-        return f"returned {len(out)} tokens for K = {K} (must be 1 to K + 1 = {K + 1})"
+    if not 1 <= len(out) <= longest:
+        return length_error(len(out))
     if out.dtype.kind == "f":
         if not (np.all(np.isfinite(out)) and np.all(out == np.round(out))):
             return f"returned {out.tolist()}: not integer token ids"
@@ -291,6 +292,11 @@ def contract_problem(out, K: int, V: int) -> str:
     if np.any((out < 0) | (out >= V)):
         return f"returned {out.tolist()}: a token id outside the vocabulary [0, {V})"
     return ""
+
+
+def contract_problem(out, K: int, V: int) -> str:
+    """'' if `out` is a possible output of a verifier call (1-D, 1..K+1 integer ids in [0, V)), else what is wrong."""
+    return token_ids_problem(out, V, K + 1, lambda n: f"returned {n} tokens for K = {K} (must be 1 to K + 1 = {K + 1})")
 
 
 class Guarded:
@@ -743,22 +749,8 @@ def tree_contract_problem(out, parents, V: int) -> str:  # [n], [N] ->
     """'' if `out` can be a tree verifier's output for a tree with these parents (1-D, 1 to depth + 1 integer ids in
     [0, V)), else what is wrong.  (Whether the path follows the tree's edges is `WatchedTree`'s to see.)"""
     depth = tree.depth(np.asarray(parents).tolist())
-    try:
-        out = np.asarray(out)
-    except Exception as e:  # noqa: BLE001  (whatever it returned)
-        return f"returned something that is not an array of token ids ({type(e).__name__}: {e})"
-    if out.ndim != 1:
-        return f"returned an array of shape {out.shape}, not a 1-D array of token ids"
-    if not 1 <= len(out) <= depth + 1:
-        return f"returned {len(out)} tokens for a tree of depth {depth} (must be 1 to depth + 1 = {depth + 1})"
-    if out.dtype.kind == "f":
-        if not (np.all(np.isfinite(out)) and np.all(out == np.round(out))):
-            return f"returned {out.tolist()}: not integer token ids"
-    elif out.dtype.kind not in "iub":
-        return f"returned {out.tolist()!r} of dtype {out.dtype}: not integer token ids"
-    if np.any((out < 0) | (out >= V)):
-        return f"returned {out.tolist()}: a token id outside the vocabulary [0, {V})"
-    return ""
+    return token_ids_problem(out, V, depth + 1, lambda n: f"returned {n} tokens for a tree of depth {depth} "
+                                                         f"(must be 1 to depth + 1 = {depth + 1})")
 
 
 class GuardedTree:
