@@ -158,10 +158,12 @@ Numerical choices for trees, made on purpose:
   rounding leaves none (p and q one rounding apart, or q summing to slightly under 1), w stays as
   it was, so the last token comes from the node's q or its last nonzero residual: never NaN,
   never an id outside [0, V);
-- verify_tree_mss and verify_tree_rrs need p(x) > 0 at every drafted token x (in the row
-  p[parents[i] + 1] it was drawn from), and they check and read only the p rows of the root and of
-  the nodes that have children; verify_tree_topk reads no p row (only p's shape is checked);
-  every q row is checked;
+- a row is read, and checked, only when the walk reaches its node: the q row of each node on the
+  walk, and (verify_tree_mss, verify_tree_rrs) the p row its children were drawn from, with
+  p(x) > 0 at each of those children.  A bad row off the walk therefore raises only in the calls
+  that reach it.  This keeps a call's cost to the few rows it uses: checking all N + 1 rows first
+  would read the whole of q, 17 rows of 49 152 floats for a 16-node tree, several times the cost
+  of the walk itself.  verify_tree_topk reads no p row (only p's shape is checked);
 - duplicate siblings are an error for verify_tree_topk (the rule would count that token's mass
   twice) and verify_tree_rrs (draws without replacement cannot repeat); verify_tree_mss takes
   them, as it must: a repeat of a rejected token is rejected (w is 0 there) and updates the
@@ -503,11 +505,13 @@ def verify_greedy(x_draft: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K], [K+
 
 # ---------------------------------------------------------------- trees of drafts
 
-def _check_tree_inputs(tokens, parents, p, q, function: str, reads_p: bool,
+def _check_tree_inputs(tokens, parents, p, q, function: str,
                        distinct: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[list[int]]]:
-    # [N], [N], [N+1, V], [N+1, V] -> tokens, p, q as float64, children[row] (row 0: the root's, row i + 1: node i's)
-    # distinct: None if siblings may repeat, else why they may not (for the error message).
-    tokens, parents = np.asarray(tokens), np.asarray(parents)
+    # [N], [N], [N+1, V], [N+1, V] -> tokens, p, q (not converted), children[row] (row 0: the root's, row i + 1:
+    # node i's).  Checks everything but the rows' values: those are checked when the walk reaches them
+    # (_q_row, _p_row), so a call reads only the rows it uses.  distinct: None if siblings may repeat, else why
+    # they may not (for the error message).
+    tokens, parents, p, q = np.asarray(tokens), np.asarray(parents), np.asarray(p), np.asarray(q)
     if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"{function}: tokens must be a 1-D integer array of N >= 1 drafted tokens, "
                          f"got shape {tokens.shape} dtype {tokens.dtype}")
@@ -515,15 +519,10 @@ def _check_tree_inputs(tokens, parents, p, q, function: str, reads_p: bool,
     if parents.shape != (N,) or not np.issubdtype(parents.dtype, np.integer):
         raise ValueError(f"{function}: parents must be a 1-D integer array with one entry per node (N = {N}), "
                          f"got shape {parents.shape} dtype {parents.dtype}")
-    q = np.asarray(q, dtype=np.float64)
-    if not (q.ndim == 2 and q.size > 0 and q.min() >= 0.0
-            and np.abs(np.einsum("ij->i", q) - 1.0).max() <= TOL):  # a fast path for the common case (NaN fails it)
-        q = check_distribution(q, "q (target)")  # says what is wrong (or passes if only the fast sums were off)
-    if q.ndim != 2 or q.shape[0] != N + 1:
+    if q.ndim != 2 or q.shape[0] != N + 1 or q.shape[1] < 1:
         raise ValueError(f"{function}: q must have shape [N + 1, V] = [{N + 1}, V] (the root's row, then one row "
                          f"after each node), got {q.shape}")
     V = q.shape[1]
-    p = np.asarray(p, dtype=np.float64) if reads_p else np.asarray(p)  # (a p that is not read is not converted)
     if p.shape != (N + 1, V):
         raise ValueError(f"{function}: p must have shape [N + 1, V] = [{N + 1}, {V}] like q, got {p.shape}")
     if np.any((tokens < 0) | (tokens >= V)):
@@ -538,8 +537,8 @@ def _check_tree_inputs(tokens, parents, p, q, function: str, reads_p: bool,
             raise ValueError(f"{function}: the nodes are not in topological order: parents[{i}] = {j}, but a node's "
                              f"parent must come before it (expected -1 or an index below {i})")
         children[j + 1].append(i)
-    x = tokens.tolist()
     if distinct is not None:
+        x = tokens.tolist()
         for kids in children:
             seen = {}
             for i in kids:
@@ -547,15 +546,21 @@ def _check_tree_inputs(tokens, parents, p, q, function: str, reads_p: bool,
                     raise ValueError(f"{function}: nodes {seen[x[i]]} and {i} are siblings with the same token "
                                      f"{x[i]}: {distinct}")
                 seen[x[i]] = i
-    if reads_p:
-        for row, kids in enumerate(children):
-            if kids:  # only the rows children were drawn from are read
-                check_distribution(p[row], f"p (draft) row {row}")
-                for i in kids:
-                    if not p[row, x[i]] > 0.0:
-                        raise ValueError(f"{function}: node {i}'s token {x[i]} has p(x) = 0 in the row p[{row}] it was "
-                                         "drawn from: it cannot have been drawn from p")
     return tokens, p, q, children
+
+
+def _q_row(q: np.ndarray, row: int) -> np.ndarray:  # [N+1, V] -> float64 [V], checked
+    return check_distribution(q[row], f"q (target) row {row}")
+
+
+def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, function: str) -> np.ndarray:
+    # [N+1, V] -> float64 [V]: the row the children `kids` were drawn from, checked, and p(x) > 0 at each child
+    d = check_distribution(p[row], f"p (draft) row {row}")
+    for i in kids:
+        if not d[tokens[i]] > 0.0:
+            raise ValueError(f"{function}: node {i}'s token {tokens[i]} has p(x) = 0 in the row p[{row}] it was "
+                             "drawn from: it cannot have been drawn from p")
+    return d
 
 
 def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: np.ndarray,
@@ -573,14 +578,15 @@ def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: 
     "Randomness of the tree verifiers" says: one uniform per child tested, one for the last token.
 
     Requires: the contract of "Trees of drafts" (tokens [N], N >= 1, parents [N] in topological
-    order, p and q [N+1, V]); q rows that are distributions; distinct siblings.  p is not read,
-    only its shape is checked.
+    order, p and q [N+1, V]); q rows that are distributions (each checked when the walk reaches
+    it); distinct siblings.  p is not read, only its shape is checked.
     """
     tokens, p, q, children = _check_tree_inputs(
-        tokens, parents, p, q, "verify_tree_topk", reads_p=False,
+        tokens, parents, p, q, "verify_tree_topk",
         distinct="verify_tree_topk needs distinct siblings (merge them, or use verify_tree_mss for i.i.d. children)")
     out, row = [], 0  # row: the current node's row, 0 at the root and i + 1 after node i
     while True:
+        qr = _q_row(q, row)  # [V] the target's row at this node
         rest = 1.0  # 1 - q(c_1) - ... - q(c_{i-1}): the target's mass not yet tried at this node
         for i in children[row]:
             x = int(tokens[i])
@@ -588,18 +594,18 @@ def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: 
             # passes, even at u = 0) and no division (rest can round to 0 or below: then any q(c_i) > 0 passes).
             # EAGLE-2's evaluate_posterior writes it as SpecInfer's line 30 with p(c) = 1 (r <= q(c)), then
             # q(c) <- 0 and q renormalised, which is what dividing by rest does.
-            if rng.random() * max(rest, 0.0) < q[row, x]:
+            if rng.random() * max(rest, 0.0) < qr[x]:
                 out.append(x)  # accepted: the walk goes on from c_i
                 row = i + 1
                 break
-            rest -= q[row, x]
+            rest -= qr[x]
         else:  # no child accepted (or none to test)
-            w = q[row]
+            w = qr
             if children[row]:
                 w = w.copy()
                 w[tokens[children[row]]] = 0.0  # the recovered token: q without the children's mass
                 if not w.sum() > 0.0:
-                    w = q[row]  # rounding left nothing (documented): q itself
+                    w = qr  # rounding left nothing (documented): q itself
             out.append(sample(w, rng))  # the recovered token, or the bonus token from the leaf's row
             return np.array(out, dtype=np.int64)
 
@@ -618,24 +624,25 @@ def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
 
     Requires: the contract of "Trees of drafts"; q rows, and the p rows of the root and of nodes
     with children, that are distributions; p(x) > 0 at every drafted token in the row it was
-    drawn from.  Siblings may repeat.
+    drawn from (each row checked when the walk reaches its node).  Siblings may repeat.
     """
-    tokens, p, q, children = _check_tree_inputs(tokens, parents, p, q, "verify_tree_mss", reads_p=True, distinct=None)
+    tokens, p, q, children = _check_tree_inputs(tokens, parents, p, q, "verify_tree_mss", distinct=None)
     # SpecInfer's Algorithm 2 (VerifyStochastic, lines 24-44), in Chen's letters: its P(x | u, LLM) is q, its
     # P(x | u, SSM_s) is p (one draft here for every child).
     out, row = [], 0  # line 25: u <- the root; row: u's row, 0 at the root and i + 1 after node i
     while True:  # line 26: while u is a non-leaf node (a leaf falls through to line 42 at once)
-        w, S = q[row], 1.0  # the target's row at u, as weights w with sum S (q counts as normalised)
+        w, S = _q_row(q, row), 1.0  # the target's row at u, as weights w with sum S (q counts as normalised)
+        d = _p_row(p, row, children[row], tokens, "verify_tree_mss") if children[row] else None  # the draft's row
         for i in children[row]:  # lines 27-28: H = child(u); line 29: s ~ rand(H), here in the order drawn
             x = int(tokens[i])
             # lines 29-30: r ~ U(0, 1); if r <= q(x_s) / p(x_s): strict here, so q = 0 is never accepted
-            if rng.random() < w[x] / (S * p[row, x]):
+            if rng.random() < w[x] / (S * d[x]):
                 out.append(x)  # lines 32-34: V.append(x_s), u = s, break
                 row = i + 1
                 break
             # line 37: q := norm(max(0, q - p)), kept unnormalised as w with its sum S (w / 1.0 is w: skipped);
             # line 38: H.pop(s) is the for loop moving on
-            r = (w if S == 1.0 else w / S) - p[row]
+            r = (w if S == 1.0 else w / S) - d
             np.maximum(r, 0.0, out=r)
             s = r.sum()
             if s > 0.0:  # else rounding left nothing: w stays (documented)
@@ -660,15 +667,16 @@ def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
 
     Requires: the contract of "Trees of drafts"; q rows, and the p rows of the root and of nodes
     with children, that are distributions; p(x) > 0 at every drafted token in the row it was
-    drawn from; distinct siblings.
+    drawn from (each row checked when the walk reaches its node); distinct siblings.
     """
     tokens, p, q, children = _check_tree_inputs(
-        tokens, parents, p, q, "verify_tree_rrs", reads_p=True,
+        tokens, parents, p, q, "verify_tree_rrs",
         distinct="children drawn without replacement cannot repeat (use verify_tree_mss for i.i.d. children)")
     out, row = [], 0  # row: the current node's row, 0 at the root and i + 1 after node i
     while True:
-        w, S = q[row], 1.0  # the target's row as weights w with sum S (q counts as normalised)
-        d, D, copied = p[row], 1.0, False  # the draft's row without the rejected children: weights d, sum D
+        w, S = _q_row(q, row), 1.0  # the target's row as weights w with sum S (q counts as normalised)
+        # the draft's row without the rejected children: weights d, sum D
+        d, D, copied = (_p_row(p, row, children[row], tokens, "verify_tree_rrs") if children[row] else None), 1.0, False
         for i in children[row]:
             x = int(tokens[i])
             # as SpecInfer's line 30: accept iff u < q(x) / p(x), with the current q and p; strict

@@ -2,8 +2,9 @@
 answers fail with their diagnosis, broken functions fail cleanly, and the gallery of shipped mistakes fails where
 the correct pipeline passes.
 
-Times: each check's wall time is printed; a check is meant to take under 10 s on a busy 2-core machine (about 1 s
-when idle), but the assertions allow 30 s, because a shared machine can be slow for reasons of its own.
+Times: each check's wall time is printed (-s shows them); a check is meant to take under 10 s on a busy 2-core
+machine (about 1 s when idle).  Nothing here asserts a time: a shared machine can be slow for reasons of its own,
+and the times that count are the ones the executed notebooks print beside each grade.
 """
 
 import importlib.util
@@ -24,7 +25,6 @@ from specref.notebooks import exercises
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
-SLOW_MACHINE_BOUND = 30.0  # seconds; the aim is < 10 s (module docstring)
 
 
 def solution(name: str):
@@ -40,7 +40,6 @@ def timed(check, f):
     result = check(f)
     seconds = time.perf_counter() - start
     print(f"{check.__name__}({getattr(f, '__name__', f)!s}): {seconds:.2f} s")
-    assert seconds < SLOW_MACHINE_BOUND
     return result
 
 
@@ -301,7 +300,6 @@ def test_show_mistakes_the_correct_pipeline_passes_and_every_mistake_fails(capsy
     table = exercises.show_mistakes()
     seconds = time.perf_counter() - start
     print(f"show_mistakes: {seconds:.2f} s")
-    assert seconds < SLOW_MACHINE_BOUND
     shown = repr(table).splitlines()
     assert capsys.readouterr().out.splitlines()[:len(shown)] == shown  # printed once, before the time above
     rows = {r.name: r for r in table.rows}
