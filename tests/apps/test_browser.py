@@ -172,6 +172,7 @@ def test_a_missing_browser_is_named_and_the_switch_reads_only_0_or_1(monkeypatch
         lab_browser.required({"SPECREF_REQUIRE_BROWSER": "yes please"})
 
 
+@pytest.mark.slow  # two pytest processes, about 6 s
 def test_without_a_browser_the_test_skips_unless_required(tmp_path):
     """The `lab` fixture's decision, on a machine where Chromium is missing: skip, or fail under CI's switch."""
     test = tmp_path / "test_needs_lab.py"

@@ -249,6 +249,7 @@ def test_blas_threads_cannot_be_set_once_numpy_is_imported(cli, capsys, monkeypa
 
 # ---- real processes ------------------------------------------------------------------------------
 
+@pytest.mark.default_cases("argv0---temperature")
 @pytest.mark.parametrize("argv,option", [
     (["demo", "--temperature", "-1"], "--temperature"),
     (["bench", "--repeats", "0"], "--repeats"),
@@ -263,6 +264,7 @@ def test_a_bad_value_in_a_real_process_loads_nothing(argv, option):
     assert not any(word in r.stderr.lower() for word in ("loading", "fetching", "download", "traceback"))
 
 
+@pytest.mark.default_cases("--help", "demo --help")
 @pytest.mark.parametrize("argv", [["--help"], *[[c, "--help"] for c in COMMANDS]], ids=lambda a: " ".join(a))
 def test_help_needs_only_the_core_dependencies(argv):
     blocked = NON_CORE + (("numpy", "scipy", "gguf") if argv == ["--help"] else ())  # the list imports nothing
@@ -288,6 +290,7 @@ def test_no_command_or_an_unknown_one():
         assert r.returncode == 2 and message in assert_one_error_line(r.stderr, "python -m specref")
 
 
+@pytest.mark.default_cases("argv0-env0-3", "argv6-env6-1")
 @pytest.mark.parametrize("argv,env,threads", [
     (["bench", "--blas-threads", "3"], {}, "3"),
     (["bench", "--blas-threads=4"], {}, "4"),

@@ -120,6 +120,7 @@ def test_named_verify_mistakes_fail_with_their_diagnosis(bug, words):
     assert result.verdict == f"FAIL: {result.check}: {result.diagnosis}"
 
 
+@pytest.mark.slow_cases("draft_filter_not_passed", "target_not_warped")
 @pytest.mark.parametrize("bug, label", exercises.VERIFY_MISTAKES, ids=[b.name for b, _ in exercises.VERIFY_MISTAKES])
 def test_every_known_verify_mistake_is_named(bug, label):
     result = timed(exercises.check_verify, bug)
@@ -333,6 +334,7 @@ def test_the_gallery_covers_the_named_mistakes():
     assert all(m.verifier is mrs.verify for m in exercises.MISTAKES if m.around)
 
 
+@pytest.mark.slow_cases("draft_filter_not_passed", "target_not_warped")
 @pytest.mark.parametrize("m", exercises.MISTAKES, ids=[m.name for m in exercises.MISTAKES])
 def test_each_mistake_in_one_call_fails_check_verify(m):
     result = timed(exercises.check_verify, m)

@@ -2,12 +2,15 @@
 
 from pathlib import Path
 
+import pytest
+
 from specref.apps import figures
 from tools import notebook_screenshots
 
 COMMITTED = {p.name for p in (Path(__file__).parents[2] / "figures").glob("*.png")}
 
 
+@pytest.mark.slow  # about 15 s: draws every figure
 def test_figures_command_writes_every_committed_figure_but_the_model_one(tmp_path):
     """All but chen_figure1.png (it needs the model) and the notebook screenshots (a browser's:
     `python3 -m tools.notebook_screenshots` writes them)."""

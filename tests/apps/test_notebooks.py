@@ -5,8 +5,9 @@ SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failur
 timeout or dead kernel, naming the notebook and the cell.  Then its deterministic outputs (printed
 text, machine-dependent cells left out: specref.notebooks.execute) are compared with the outputs
 committed in the .ipynb, and a difference fails: the saved outputs are stale.  The notebooks that
-need no model take seconds each on a 2-core machine (docs/notebooks.md has each one's time); 00, 05
-and 06 load SmolLM2-135M, take a minute or more and are marked `slow` (`python3 -m pytest --slow`).
+need no model take 6 to 30 s each on a 2-core machine (docs/notebooks.md has each one's time): by
+default only 02 is re-executed, to keep the default run short, and `python3 -m pytest --slow` (CI)
+re-executes all of them; 00, 05 and 06 load SmolLM2-135M and take a minute or more.
 
 tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
 the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
@@ -70,6 +71,7 @@ def _run(name: str) -> None:
                     pytrace=False)
 
 
+@pytest.mark.default_cases("02_toy_mrs")
 @pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
 def test_notebook_runs_headless(name):
     _run(name)
@@ -145,6 +147,7 @@ def test_plots_module_does_not_import_the_model():
     assert not model_code, f"importing specref.notebooks.plots imported {model_code}"
 
 
+@pytest.mark.default_cases("02_toy_mrs", "08_trees")
 @pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
 def test_quick_notebooks_load_no_model_code(name):
     """The first code cell of notebooks 01-04 (their imports), run in a fresh interpreter, imports

@@ -158,6 +158,7 @@ CASES = _cases()
 N_SAMPLES = 20_000
 
 
+@pytest.mark.default_cases("random", "disjoint_supports", "zeros_in_both")
 @pytest.mark.parametrize("case", list(CASES))
 def test_verify_output_law_chi_square(case):
     p, q = CASES[case]
@@ -167,6 +168,7 @@ def test_verify_output_law_chi_square(case):
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.default_cases("random", "disjoint_supports", "p_equals_q")
 @pytest.mark.parametrize("case", list(CASES))
 def test_mrs_single_token_law_is_target(case):
     p, q = CASES[case][0][0], CASES[case][1][0]
@@ -199,6 +201,7 @@ def test_number_of_accepted_tokens_has_its_closed_form():
 
 
 # Negative controls: the same test must reject each broken sampler.
+@pytest.mark.default_cases("always_accept", "resample_from_q", "ratio_inverted", "residual_only_rejected_entry")
 @pytest.mark.parametrize("name", list(broken.BROKEN))
 def test_verify_chi_square_rejects_broken_samplers(name):
     p, q = CASES["random"]
@@ -221,6 +224,7 @@ def test_accepted_count_test_rejects_broken_samplers():
 
 # ---------------------------------------------------------------- lenience (Leviathan A.5)
 
+@pytest.mark.default_cases("0.5")
 @pytest.mark.parametrize("lenience", [1.0, 0.5, 0.2])
 def test_lenience_guarantee_and_acceptance(lenience):
     p, q = P_D, P_T

@@ -248,6 +248,7 @@ def verify_block_pvalue(verifier, case, seed, n=N_SAMPLES):
     return stats.chi_square_gof(counts, block_law(p, q))
 
 
+@pytest.mark.default_cases("random", "zeros_in_both")
 @pytest.mark.parametrize("case", list(CASES))
 def test_verify_block_output_law_chi_square(case):
     stat, dof, pvalue = verify_block_pvalue(mrs.verify_block, case, 21)
@@ -257,6 +258,7 @@ def test_verify_block_output_law_chi_square(case):
 
 # Negative controls of the chi-square tier, on the "random" case (the power over fresh seeds
 # is measured by `python3 -m tools.false_alarm --block`).
+@pytest.mark.default_cases("residual_without_w", "smallest_qualifying")
 @pytest.mark.parametrize("name", list(broken.BROKEN_BLOCK))
 def test_verify_block_chi_square_rejects_misreadings(name):
     stat, dof, pvalue = verify_block_pvalue(broken.BROKEN_BLOCK[name], "random", 21)
@@ -277,6 +279,7 @@ def sequence_pvalue(verify, K, seed):
     return stats.chi_square_gof(stats.sample_sequences(sampler, RUNS, len(PROMPT), np.random.default_rng(seed)), LAW)
 
 
+@pytest.mark.default_cases("2")
 @pytest.mark.parametrize("K", [1, 2, 3, 4])
 def test_speculative_sequences_with_verify_block_have_the_target_law(K):
     stat, dof, pvalue = sequence_pvalue(mrs.verify_block, K, 200 + K)
@@ -284,6 +287,7 @@ def test_speculative_sequences_with_verify_block_have_the_target_law(K):
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.default_cases("residual_without_w")
 @pytest.mark.parametrize("name", list(broken.BROKEN_BLOCK))
 def test_sequence_test_rejects_misreadings(name):
     stat, dof, pvalue = sequence_pvalue(broken.BROKEN_BLOCK[name], 2, 202)

@@ -33,6 +33,7 @@ def test_exact_law_sums_to_one_and_ars_matches_it():
     assert stats.chi_square_gof(counts, LAW)[2] > stats.LEVEL
 
 
+@pytest.mark.default_cases("2")
 @pytest.mark.parametrize("K", [1, 2, 3, 4, 7])  # N = 5: K + 1 = 2, 3, 4 do not divide it; 7 overshoots
 def test_speculative_sequences_have_the_target_law(K):
     counts = stats.sample_sequences(_sps(K), RUNS, len(PROMPT), np.random.default_rng(100 + K))
@@ -57,6 +58,7 @@ class VariableLength:
         return k
 
 
+@pytest.mark.default_cases("1")
 @pytest.mark.parametrize("K", [1, 3])
 def test_speculative_sequences_have_the_target_law_when_the_draft_length_varies(K):
     draft = VariableLength()
@@ -67,6 +69,7 @@ def test_speculative_sequences_have_the_target_law_when_the_draft_length_varies(
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.default_cases("resample_from_q")
 @pytest.mark.parametrize("name", ["always_accept", "resample_from_q", "bonus_wrong_row"])
 def test_sequence_test_rejects_broken_verifiers_when_the_draft_length_varies(name):
     counts = stats.sample_sequences(_sps(3, verify=broken.BROKEN[name], draft=VariableLength()), RUNS, len(PROMPT),
@@ -93,6 +96,7 @@ def test_draft_lengths_are_counted_and_a_bad_one_is_named():
         sampling.speculative_sampling(PROMPT, TooLong(), TARGET, 10, 3, np.random.default_rng(0))
 
 
+@pytest.mark.default_cases("draft0")
 @pytest.mark.parametrize("draft", [drafts.UniformDraft(V), drafts.PromptLookupDraft(V, n=2),
                                    drafts.PromptLookupDraft(V, n=2, adaptive=True),
                                    drafts.NGramDraft.fit([[0, 1, 2, 2, 1, 0, 1, 1]], V, n=2)])
@@ -101,6 +105,7 @@ def test_speculative_sequences_have_the_target_law_for_every_draft(draft):
     assert stats.chi_square_gof(counts, LAW)[2] > stats.LEVEL
 
 
+@pytest.mark.default_cases("resample_from_q")
 @pytest.mark.parametrize("name", ["always_accept", "ratio_inverted", "resample_from_q", "bonus_wrong_row",
                                   "greedy_draft_softmax_ratio", "one_uniform_reused"])
 def test_sequence_test_rejects_broken_verifiers(name):
@@ -122,6 +127,7 @@ def test_dropping_the_bonus_token_is_lossless_but_shows_in_the_trace():
     assert max(len(s.tokens) for s in trace.steps[:-1]) == 4  # draft == target: everything accepted
 
 
+@pytest.mark.default_cases("warp0")
 @pytest.mark.parametrize("warp", [Warp(0.5), Warp(1.3, top_k=2), Warp(1.0, top_p=0.6), Warp(0.8, top_k=2, top_p=0.9)])
 def test_warps_applied_to_both_models_keep_the_warped_target_law(warp):
     target = Warped(TARGET, warp.temperature, warp.top_k, warp.top_p)

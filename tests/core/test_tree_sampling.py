@@ -41,6 +41,7 @@ def sequences(tree: Tree, seed: int, draft=DRAFT, verify_tree=None, runs: int = 
     return stats.sample_sequences(sampler, runs, len(PROMPT), np.random.default_rng(seed))
 
 
+@pytest.mark.default_cases("topk-2x1", "iid-2x2", "without_replacement-2x1")
 @pytest.mark.parametrize("children,shape", [("topk", "2x1"), ("topk", "3+1"), ("iid", "2x2"), ("iid", "3+1"),
                                             ("without_replacement", "2x1"), ("without_replacement", "2+1+1")])
 def test_tree_sequences_have_the_target_law(children, shape):
@@ -52,6 +53,7 @@ def test_tree_sequences_have_the_target_law(children, shape):
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.default_cases("draft0")
 @pytest.mark.parametrize("draft", [drafts.PromptLookupDraft(V, n=2), drafts.PromptLookupDraft(V, n=2, adaptive=True),
                                    drafts.CopyOrModel(DRAFT, V, n=2)])
 def test_trees_of_candidates_have_the_target_law(draft):
@@ -62,6 +64,7 @@ def test_trees_of_candidates_have_the_target_law(draft):
     assert pvalue > stats.LEVEL
 
 
+@pytest.mark.default_cases("without_replacement-3+1-verify_tree_mss")
 @pytest.mark.parametrize("children,shape,wrong", [
     ("topk", "2x1", mrs.verify_tree_mss),                  # ranked children, the i.i.d. ratio rule
     ("without_replacement", "3+1", mrs.verify_tree_mss),   # drawn without replacement, p not zeroed

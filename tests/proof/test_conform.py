@@ -179,6 +179,7 @@ def test_exact_tier_rejects_and_names_every_known_bug(name):
     assert bug.name in vectors_check.diagnosis[len(prefix):-len(suffix)].split(" and ")
 
 
+@pytest.mark.default_cases("resample_from_q/token", "residual_without_w/block")
 @pytest.mark.parametrize("name", list(KNOWN))
 def test_one_call_chi_square_rejects_and_names_every_known_bug(name):
     bug, algorithm = KNOWN[name]
@@ -297,6 +298,7 @@ ADAPTED = [
 ]
 
 
+@pytest.mark.default_cases("batch_log_count")
 @pytest.mark.parametrize("function, adapter", ADAPTED, ids=[f.__name__ for f, _ in ADAPTED])
 def test_the_adapter_turns_other_signatures_into_verifys(function, adapter):
     verify = conform.adapt(function, adapter)
@@ -313,6 +315,7 @@ def test_the_adapter_turns_other_signatures_into_verifys(function, adapter):
     assert check.passed, check.line()
 
 
+@pytest.mark.slow  # a whole checker run, about 5 s
 def test_a_function_that_uses_more_than_random_skips_the_exact_tier():
     def uses_choice(x_draft, p, q, rng):
         rng.choice(2)

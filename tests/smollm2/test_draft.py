@@ -287,6 +287,7 @@ def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
     assert sorted(p.name for p in data_dir.iterdir()) == ["gen-0000-4.npz", "held-0000-3.npz", "tf-0000-4.npz"]
 
 
+@pytest.mark.slow  # reads the training corpus, about 5 s
 def test_training_data_never_includes_humaneval(smollm2):
     from specref.apps import humaneval as he
     functions = td.stdlib_functions(0)
@@ -409,6 +410,7 @@ def humaneval_texts(smollm2):
     return texts
 
 
+@pytest.mark.slow  # the draft over its held-out text, about 5 s
 def test_shipped_draft_acceptance_matches_its_recorded_held_out_alpha(smollm2, humaneval_texts, monkeypatch):
     w = nd.load_draft()
     final = w.meta["history"][-1]

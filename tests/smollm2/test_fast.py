@@ -560,6 +560,7 @@ def test_the_load_watch_sees_another_process_and_not_this_one():
 
 # --- the real model under every forced plan ---------------------------------------------------------
 
+@pytest.mark.default_cases("rows-1-False", "gemm-2-True", "panels-2-False")
 @pytest.mark.parametrize("method,threads,split_ffn", [(m, t, False) for m, t in FORCED]
                          + [("panels", 2, True), ("gemm", 2, True)])
 def test_the_model_gives_the_same_numbers_whichever_plan_runs(smollm2, method, threads, split_ffn):

@@ -142,6 +142,7 @@ def test_corrupt_and_missing_gguf_are_clear_errors(tmp_path):
         load_weights(tmp_path / "missing.gguf")
 
 
+@pytest.mark.slow  # writes a cut copy of the weights, about 4 s; test_truncated_gguf_is_a_clear_error is the fast one
 def test_a_gguf_whose_tensor_data_was_cut_short_is_a_clear_error(smollm2, tmp_path):
     source = gguf_path(progress=lambda *_: None)
     cut = tmp_path / "cut.gguf"
