@@ -320,11 +320,6 @@ def _halved(edges) -> list[float]:  # the cell edges with every cell's midpoint 
 
 # ---------------------------------------------------------------- the known mistakes (verify)
 
-def _argmax_row(row) -> list[float]:
-    out = [0.0] * len(row)
-    out[stats.first_max(row)] = 1.0
-    return out
-
 
 def _argmax_draws_sample(x_draft, p, q, rng):
     out = []
@@ -338,14 +333,7 @@ def _argmax_draws_sample(x_draft, p, q, rng):
 
 
 def _argmax_draws_law(x_draft, p, q) -> dict:
-    K = len(x_draft)
-    stopping, last, path = [], [], 1.0
-    for t, x in enumerate(x_draft):
-        accept = min(1.0, q[t][x] / p[t][x])
-        stopping.append(path * (1 - accept))
-        last.append(_argmax_row(mrs.residual(np.asarray(p[t], float), np.asarray(q[t], float))))
-        path *= accept
-    return stats.stopped_law(x_draft, stopping + [path], last + [_argmax_row(q[K])])
+    return shipped.argmax_last_law(list(x_draft), p, q)
 
 
 # Sampling made greedy inside the verifier: the draws after the accept tests are argmaxes.

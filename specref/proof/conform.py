@@ -577,28 +577,13 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed, scale=scale)
     signatures = DIAGNOSED[algorithm]
 
-    def add(c: Check) -> None:
-        report.checks.append(c)
-        if progress is not None:
-            progress(c)
-
-    def add_tested(c: Check) -> None:  # a chi-square check that found nothing wrong: did it test anything?
-        if c.passed and scale < 1:  # at the default sizes every check does (tests/proof/test_conform.py)
-            _count_as_test(c, algorithm)
-        add(c)
+    add, add_tested = _adders(report, progress, scale, algorithm)
 
     ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
     try:
-        why_not = "" if vectors_tier and adapter.injectable else (
-            "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
-        if not why_not:
-            why_not = _probe_injectable(verifier)
-        if why_not:
-            add(Check("exact tier", "exact", None, f"skipped: {why_not}; the all-zero residual and u = 0 edge cases need "
-                                                   "injected uniforms"))
-        else:
-            for c in exact_checks(verifier, algorithm):
-                add(c)
+        for c in _exact_tier(verifier, algorithm, adapter, vectors_tier, _probe_injectable,
+                             "the all-zero residual and u = 0 edge cases need injected uniforms"):
+            add(c)
 
         case_list = [Case(c.name, c.p, c.q, max(1, round(c.n * scale))) for c in cases(algorithm)]
         m = len(case_list) + 1 + len(SEQ_K)  # chi-square checks in this run
@@ -640,6 +625,33 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     except Stop as stop:  # a contract violation or a time limit: the run ends here, failed, saying why
         return _stopped(report, stop, add, start)
     return _finished(report, ll_sum, signatures, start)
+
+
+def _adders(report: Report, progress, scale: float, algorithm: str) -> tuple[Callable, Callable]:
+    """add(check): append it to the report and show it; add_tested(check): the same for a chi-square check, which if
+    it found nothing wrong at a reduced scale must also show it tested something (_count_as_test)."""
+    def add(c: Check) -> None:
+        report.checks.append(c)
+        if progress is not None:
+            progress(c)
+
+    def add_tested(c: Check) -> None:  # at the default sizes every check does (tests/proof/test_conform*.py)
+        if c.passed and scale < 1:
+            _count_as_test(c, algorithm)
+        add(c)
+    return add, add_tested
+
+
+def _exact_tier(verifier, algorithm: str, adapter: Adapter, vectors_tier: bool, probe: Callable, needs: str) -> list:
+    """The exact tier's checks, or one check saying why it was skipped (turned off, no injectable generator, or a
+    function that uses more of the generator than random(), which `probe` finds); `needs`: what the skip loses."""
+    why_not = "" if vectors_tier and adapter.injectable else (
+        "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
+    if not why_not:
+        why_not = probe(verifier)
+    if why_not:
+        return [Check("exact tier", "exact", None, f"skipped: {why_not}; {needs}")]
+    return exact_checks(verifier, algorithm)
 
 
 def _stopped(report: Report, stop: Stop, add: Callable[[Check], None], start: float) -> Report:
@@ -1021,28 +1033,13 @@ def check_tree(function: Callable, adapter: Adapter = Adapter(), algorithm: str 
     report = Report(name or getattr(function, "__qualname__", repr(function)), algorithm, seed, scale=scale)
     bugs = list(tree.ALGORITHMS[algorithm].bugs)
 
-    def add(c: Check) -> None:
-        report.checks.append(c)
-        if progress is not None:
-            progress(c)
-
-    def add_tested(c: Check) -> None:  # a chi-square check that found nothing wrong: did it test anything?
-        if c.passed and scale < 1:  # at the default sizes every check does (tests/proof/test_conform_tree.py)
-            _count_as_test(c, algorithm)
-        add(c)
+    add, add_tested = _adders(report, progress, scale, algorithm)
 
     ll_sum = Counter()  # log-likelihood of each bug, summed over the diagnosed one-call checks
     try:
-        why_not = "" if vectors_tier and adapter.injectable else (
-            "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
-        if not why_not:
-            why_not = _probe_injectable_tree(verifier)
-        if why_not:
-            add(Check("exact tier", "exact", None, f"skipped: {why_not}; the u = 0, certain-accept and all-zero "
-                                                   "residual edge cases need injected uniforms"))
-        else:
-            for c in exact_checks(verifier, algorithm):
-                add(c)
+        for c in _exact_tier(verifier, algorithm, adapter, vectors_tier, _probe_injectable_tree,
+                             "the u = 0, certain-accept and all-zero residual edge cases need injected uniforms"):
+            add(c)
 
         case_list = [replace(c, n=max(1, round(c.n * scale))) for c in tree_cases()]
         m = len(case_list) + len(TREE_SEQ_WIDTHS)  # chi-square checks in this run

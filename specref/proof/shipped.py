@@ -221,6 +221,19 @@ def _one_hot(row) -> list[float]:
     return out
 
 
+def argmax_last_law(kept, p, q) -> dict:
+    """The law of one call that tests the drafts `kept` as `verify` does but takes the argmax (the first maximum)
+    where it should sample the last token: of the residual after a rejection, of q[K] after K acceptances."""
+    K = len(kept)
+    stopping, last, path = [], [], 1.0
+    for t, x in enumerate(kept):
+        accept = min(1.0, q[t][x] / p[t][x])
+        stopping.append(path * (1 - accept))
+        last.append(_one_hot(mrs.residual(np.asarray(p[t], float), np.asarray(q[t], float))))
+        path *= accept
+    return stats.stopped_law(kept, stopping + [path], last + [_one_hot(q[K])])
+
+
 class ArgmaxWhileSampling(broken.Bug):
     """mistral.rs PR #2424, ROCm ATOM PR #2318: on the sampling path every token is the argmax of its filtered
     row: the drafts are the draft rows' argmax (verified against their probabilities p), and the token the
@@ -248,15 +261,7 @@ class ArgmaxWhileSampling(broken.Bug):
     def law(self, x_draft, p, q) -> dict:
         if not self.argmax:
             return stats.token_call_law(x_draft, p, q)
-        K = len(x_draft)
-        kept = [stats.first_max(p[t]) for t in range(K)]
-        stopping, last, path = [], [], 1.0
-        for t, x in enumerate(kept):
-            accept = min(1.0, q[t][x] / p[t][x])
-            stopping.append(path * (1 - accept))
-            last.append(_one_hot(mrs.residual(np.asarray(p[t], float), np.asarray(q[t], float))))
-            path *= accept
-        return stats.stopped_law(kept, stopping + [path], last + [_one_hot(q[K])])
+        return argmax_last_law([stats.first_max(p[t]) for t in range(len(x_draft))], p, q)
 
 
 class MixedPrecisionDraft(broken.Bug):

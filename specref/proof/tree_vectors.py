@@ -26,7 +26,8 @@ import numpy as np
 from specref import mrs
 from specref.files import write_text
 from specref.proof.tree import children_of
-from specref.proof.vectors import ListedUniforms, dumps
+from specref.proof import vectors
+from specref.proof.vectors import ListedUniforms, _inverse_cdf, dumps
 
 FORMAT = "specref-tree-vectors"
 VERSION = 1
@@ -61,33 +62,10 @@ def replay(case: dict, module=mrs) -> list[int]:
 
 def mismatches(doc: dict, module=mrs, only: str | None = None) -> list[str]:
     """One line per vector whose replay on `module` differs from its recorded tokens (or raises); [] if all match."""
-    found = []
-    for case in doc["cases"]:
-        if only is not None and case["function"] != only:
-            continue
-        try:
-            got = replay(case, module)
-        except Exception as e:  # a crash or a wrong number of uniforms is a mismatch too
-            found.append(f"{case['name']}: raised {type(e).__name__}: {e}")
-            continue
-        if got != case["tokens_out"]:
-            found.append(f"{case['name']}: expected {case['tokens_out']}, got {got}")
-    return found
+    return vectors.mismatches(doc, module, only, replay=replay, expected=lambda case: case["tokens_out"])
 
 
 # ---------------------------------------------------------------- the exact reference
-
-def _inverse_cdf(w: list[Fraction], u: Fraction) -> tuple[int, Fraction]:  # weights, uniform -> token, margin
-    total = sum(w)
-    token, margin, c = None, Fraction(1), Fraction(0)
-    for i, wi in enumerate(w):
-        c += wi
-        if 0 < c < total:  # an interior step of the CDF
-            margin = min(margin, abs(u - c / total))
-        if token is None and u * total < c:
-            token = i
-    return token, margin
-
 
 def _test_margin(u: Fraction, ratio: Fraction) -> Fraction:  # distance to a boundary that rounding could move
     return abs(u - ratio) if 0 < ratio <= 1 else Fraction(1)

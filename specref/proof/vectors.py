@@ -97,12 +97,13 @@ def expected(case: dict) -> dict:
     return {k: case[k] for k in ("tokens", "accepted") if k in case}
 
 
-def mismatches(doc: dict, module=mrs, only: str | None = None) -> list[str]:
+def mismatches(doc: dict, module=mrs, only: str | None = None, replay=replay, expected=expected) -> list[str]:
     """One line per vector whose replay on `module` differs from its recorded output (or raises); [] if all match.
 
     `module` is specref.mrs, a copy of it, or any object with its functions (for instance a
     namespace holding a broken `verify` from specref.proof.broken); `only` limits the replay
-    to the vectors of one function.
+    to the vectors of one function.  `replay(case, module)` and `expected(case)` give what the
+    replay returned and what was recorded (specref.proof.tree_vectors passes its own).
     """
     found = []
     for case in doc["cases"]:
