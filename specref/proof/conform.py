@@ -458,19 +458,19 @@ def _p_equals_q_check(verifier, algorithm: str, rng) -> Check:
                  " (with p == q every ratio is 1: all must be kept)"), seconds=time.perf_counter() - start)
 
 
-def _vectors_check(verifier, algorithm: str, signatures: list[broken.Bug]) -> Check:
+def _replayed_vectors_check(verifier, function: str, chosen: list[dict], args: Callable, recorded: str,
+                            bugs: list, documented: str) -> Check:
+    """Replay the vectors `chosen` of `function` on `verifier` with their listed uniforms: f(*args(case), rng) must
+    give case[recorded] and draw every uniform; if some differ, the `bugs` that give the same outcomes on every
+    vector are the diagnosis (`documented`: where the order of uniforms is written down)."""
     start = time.perf_counter()
-    function = "verify" if algorithm == "token" else "verify_block"
-    doc = json.loads(vectors.PATH.read_text())
-    chosen = [c for c in doc["cases"] if c["function"] == function]
 
     def outcomes(f) -> list:  # per vector: the tokens, or what went wrong
         got = []
         for case in chosen:
             rng = vectors.ListedUniforms(case["uniforms"])
             try:
-                tokens = [int(y) for y in f(np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]),
-                                            np.array(case["q"]), rng)]
+                tokens = [int(y) for y in f(*args(case), rng)]
                 got.append(tokens if rng.used == len(rng.uniforms) else
                            f"drew {rng.used} of the {len(rng.uniforms)} listed uniforms")
             except Exception as e:  # noqa: BLE001  (a crash, or a different number of uniforms, is an outcome)
@@ -478,17 +478,25 @@ def _vectors_check(verifier, algorithm: str, signatures: list[broken.Bug]) -> Ch
         return got
 
     got = outcomes(verifier)
-    wrong = [(c["name"], c["tokens"], g) for c, g in zip(chosen, got) if g != c["tokens"]]
+    wrong = [(c["name"], c[recorded], g) for c, g in zip(chosen, got) if g != c[recorded]]
     check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors give "
                   "the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
                                            if wrong else ""), samples=len(chosen))
     if wrong:
-        same = [s.name for s in signatures if outcomes(s) == got]
+        same = [b.name for b in bugs if outcomes(b) == got]
         check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
                            "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
-                           "another order than specref/mrs.py documents)")
+                           f"another order than {documented} documents)")
     check.seconds = time.perf_counter() - start
     return check
+
+
+def _vectors_check(verifier, algorithm: str, signatures: list[broken.Bug]) -> Check:
+    function = "verify" if algorithm == "token" else "verify_block"
+    chosen = [c for c in json.loads(vectors.PATH.read_text())["cases"] if c["function"] == function]
+    return _replayed_vectors_check(
+        verifier, function, chosen, lambda c: (np.array(c["x_draft"], dtype=np.int64), np.array(c["p"]),
+                                               np.array(c["q"])), "tokens", signatures, "specref/mrs.py")
 
 
 def _injected_edge_checks(verifier) -> list[Check]:
@@ -833,35 +841,14 @@ def _probe_injectable_tree(verifier) -> str:
 def _tree_vectors_check(verifier, algorithm: str) -> Check:
     """The portable vectors of specref/proof/tree_vectors.json for this algorithm's verifier: same uniforms, same tokens;
     if some differ, the known bugs that give the same tokens on every vector."""
-    start = time.perf_counter()
     function = "verify_" + algorithm.replace("-", "_")  # "tree-mss" -> "verify_tree_mss"
     chosen = [c for c in json.loads(tree_vectors.PATH.read_text())["cases"] if c["function"] == function]
-
-    def outcomes(f) -> list:  # per vector: the tokens, or what went wrong
-        got = []
-        for case in chosen:
-            rng = vectors.ListedUniforms(case["uniforms"])
-            try:
-                tokens = [int(y) for y in f(np.array(case["tokens"], dtype=np.int64), np.array(case["parents"],
-                                            dtype=np.int64), np.array(case["p"]), np.array(case["q"]), rng)]
-                got.append(tokens if rng.used == len(rng.uniforms) else
-                           f"drew {rng.used} of the {len(rng.uniforms)} listed uniforms")
-            except Exception as e:  # noqa: BLE001  (a crash, or a different number of uniforms, is an outcome)
-                got.append(f"raised {type(e).__name__}")
-        return got
-
-    got = outcomes(verifier)
-    wrong = [(c["name"], c["tokens_out"], g) for c, g in zip(chosen, got) if g != c["tokens_out"]]
-    check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors "
-                  "give the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
-                                                if wrong else ""), samples=len(chosen))
-    if wrong:
-        same = [b.name for b in tree.ALGORITHMS[algorithm].bugs if outcomes(b) == got]
-        check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
-                           "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
-                           "another order than specref/mrs.py's \"Randomness of the tree verifiers\" documents)")
-    check.seconds = time.perf_counter() - start
-    return check
+    return _replayed_vectors_check(
+        verifier, function, chosen, lambda c: (np.array(c["tokens"], dtype=np.int64),
+                                               np.array(c["parents"], dtype=np.int64), np.array(c["p"]),
+                                               np.array(c["q"])),
+        "tokens_out", list(tree.ALGORITHMS[algorithm].bugs),
+        'specref/mrs.py\'s "Randomness of the tree verifiers"')
 
 
 def _edge(name: str, verifier, args, judge: Callable) -> Check:
