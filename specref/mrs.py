@@ -553,25 +553,21 @@ def _q_row(q: np.ndarray, row: int) -> np.ndarray:  # [N+1, V] -> float64 [V], c
     return check_distribution(q[row], f"q (target) row {row}")
 
 
-def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list, held: int) -> tuple:
-    # [V] weights w (sum S), [V] draft weights d (sum D) -> (w, S, held) after a rejection: max(0, w / S - d / D)
-    # and its sum, a division by 1.0 skipped, the same floats as writing it out; computed in a scratch row that
-    # does not hold w (held: the scratch row w is in, or -1; scratch: [None] until the first rejection, then three
-    # rows of V: allocated once per call, which is a tenth of a rejection's cost at V = 49 152).  If the sum is 0
-    # (rounding left nothing: documented) w and S stay.
+def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list) -> tuple[np.ndarray, float]:
+    # [V] weights w (sum S), [V] draft weights d (sum D) -> (w, S) after a rejection: max(0, w / S - d / D) and its
+    # sum, a division by 1.0 skipped: the same floats as writing it out, computed in a scratch row that does not
+    # hold w.  scratch: [None] until the first rejection of a call, then three rows of V (allocated once per call,
+    # which is a tenth of a rejection's cost at V = 49 152).  If the sum is 0 (rounding left nothing: documented)
+    # w and S stay.
     if scratch[0] is None:
         scratch[:] = list(np.empty((3, w.shape[0])))
-    k = 1 if held == 0 else 0
-    r = scratch[k]
-    if S == 1.0:
-        np.copyto(r, w) if D != 1.0 else np.subtract(w, d, out=r)
-    else:
-        np.divide(w, S, out=r)
-    if S != 1.0 or D != 1.0:
-        np.subtract(r, d if D == 1.0 else np.divide(d, D, out=scratch[2]), out=r)
+    r = scratch[1] if w is scratch[0] else scratch[0]
+    a = w if S == 1.0 else np.divide(w, S, out=r)
+    b = d if D == 1.0 else np.divide(d, D, out=scratch[2])
+    np.subtract(a, b, out=r)
     np.maximum(r, 0.0, out=r)
     s = float(r.sum())
-    return (r, s, k) if s > 0.0 else (w, S, held)
+    return (r, s) if s > 0.0 else (w, S)
 
 
 def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, function: str) -> np.ndarray:
@@ -652,7 +648,7 @@ def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
     # P(x | u, SSM_s) is p (one draft here for every child).
     out, row, scratch = [], 0, [None]  # line 25: u <- the root; row: u's row, 0 at the root and i + 1 after node i
     while True:  # line 26: while u is a non-leaf node (a leaf falls through to line 42 at once)
-        w, S, held = _q_row(q, row), 1.0, -1  # the target's row at u, as weights w with sum S (q counts as normalised)
+        w, S = _q_row(q, row), 1.0  # the target's row at u, as weights w with sum S (q counts as normalised)
         d = _p_row(p, row, children[row], tokens, "verify_tree_mss") if children[row] else None  # the draft's row
         for i in children[row]:  # lines 27-28: H = child(u); line 29: s ~ rand(H), here in the order drawn
             x = int(tokens[i])
@@ -663,7 +659,7 @@ def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
                 break
             # line 37: q := norm(max(0, q - p)), kept unnormalised as w with its sum S (w / 1.0 is w: skipped);
             # line 38: H.pop(s) is the for loop moving on
-            w, S, held = _rejected(w, S, d, 1.0, scratch, held)  # max(0, w / S - p); if nothing is left, w stays
+            w, S = _rejected(w, S, d, 1.0, scratch)  # max(0, w / S - p); if nothing is left, w stays
         else:  # lines 39-43: H is empty (all rejected) or u is a leaf: x_next ~ q, V.append(x_next)
             out.append(sample(w, rng))
             return np.array(out, dtype=np.int64)
@@ -691,7 +687,7 @@ def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
         distinct="children drawn without replacement cannot repeat (use verify_tree_mss for i.i.d. children)")
     out, row, scratch = [], 0, [None]  # row: the current node's row, 0 at the root and i + 1 after node i
     while True:
-        w, S, held = _q_row(q, row), 1.0, -1  # the target's row as weights w with sum S (q counts as normalised)
+        w, S = _q_row(q, row), 1.0  # the target's row as weights w with sum S (q counts as normalised)
         # the draft's row without the rejected children: weights d, sum D
         d, D, copied = (_p_row(p, row, children[row], tokens, "verify_tree_rrs") if children[row] else None), 1.0, False
         for i in children[row]:
@@ -703,7 +699,7 @@ def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
                 break
             # rejected: q <- norm(max(0, q - p)) (SpecInfer's line 37) with the current q = w / S and p = d / D
             # (a division by 1.0 skipped); then the step recursive rejection sampling adds: p <- norm(p without x)
-            w, S, held = _rejected(w, S, d, D, scratch, held)  # max(0, w / S - d / D); if nothing is left, w stays
+            w, S = _rejected(w, S, d, D, scratch)  # max(0, w / S - d / D); if nothing is left, w stays
             if not copied:  # at the first rejection d is still the caller's row
                 d, copied = d.copy(), True
             d[x] = 0.0  # without replacement, the next child was drawn from p without x
