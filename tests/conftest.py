@@ -29,11 +29,11 @@ FAMILY_REASON = "another case of a family whose representative runs by default: 
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,
-                     help="also run the tests marked slow (the real-model proofs that take minutes)")
+                     help="also run the tests marked slow and every case of each family (what CI runs)")
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: a real-model proof that takes minutes; runs with --slow")
+    config.addinivalue_line("markers", "slow: a proof or check of seconds to minutes a faster default test stands in for; runs with --slow")
     config.addinivalue_line("markers", "default_cases(*ids): only these parametrized cases run without --slow")
     config.addinivalue_line("markers", "slow_cases(*ids): these parametrized cases run only with --slow")
 
