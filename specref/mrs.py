@@ -147,8 +147,10 @@ c = c_i of a node whose rows are p and q, and the w that is left:
         on rejection r = max(0, w / S - p), and if sum(r) > 0 then w = r and S = sum(r)
         (else w and S stay).
     verify_tree_rrs: as verify_tree_mss, with d = p and D = 1 when the node is reached in place
-        of p: accept iff u < (w(c) D) / (S d(c)); on rejection r = max(0, w / S - d / D) as
-        above, then d(c) = 0 and D = sum(d).
+        of p: accept iff u < (w(c) D) / (S d(c)); on rejection r = max(0, w / (S / D) - d), the
+        residual scaled by D (max(0, w - d) if S / D == 1; max(0, w / S - d / D) if S / D is not
+        a normal float), kept as above; then, unless c is the node's last child, d(c) = 0 and
+        D = sum(d).  (With D = 1 the first form is verify_tree_mss's.)
 
 Numerical choices for trees, made on purpose:
 - every test is strict: a child with q(c) = 0 (or w(c) = 0 after rejections) is never accepted,
@@ -181,6 +183,9 @@ TOL = 1e-4
 # sample() works in blocks of this many tokens when V > 4 * _BLOCK.
 _BLOCK = 256
 
+# The smallest normal float64 (about 2.2e-308): below it a float keeps fewer significant bits.
+_TINY = float(np.finfo(np.float64).tiny)
+
 
 # ---------------------------------------------------------------- input checks
 
@@ -195,7 +200,10 @@ def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.nda
         raise ValueError(f"{name} must be an array of probabilities with a last axis of size V >= 1, got shape {d.shape}")
     if V is not None and d.shape[-1] != V:
         raise ValueError(f"{name} has vocabulary size {d.shape[-1]} but {V} was expected (shape {d.shape})")
-    if d.min() >= 0 and np.abs(d.sum(axis=-1) - 1.0).max() <= TOL:  # fast path (NaN fails `>=`)
+    if d.ndim == 1:  # fast path for one row (NaN fails `>=`), without NumPy calls on the scalars
+        if d.min() >= 0 and abs(float(d.sum()) - 1.0) <= TOL:
+            return d
+    elif d.min() >= 0 and np.abs(d.sum(axis=-1) - 1.0).max() <= TOL:  # fast path for rows
         return d
     if not np.all(np.isfinite(d)):
         raise ValueError(f"{name} contains NaN or infinity")
@@ -311,12 +319,12 @@ def lenient_acceptance_rate(p: np.ndarray, q: np.ndarray, lenience: float) -> fl
 
 # ---------------------------------------------------------------- drawing one token
 
-def _invert(w: np.ndarray, target: float) -> int:  # [m] nonnegative weights, 0 <= target < sum -> index
-    # searchsorted on the cumulative sum with side="right" gives the smallest i with
-    # target < w[0] + ... + w[i]; it skips zero-width intervals, so a zero-weight entry is
+def _invert(w: np.ndarray, target: float, c: np.ndarray | None = None) -> int:  # [m] weights, 0 <= target < sum -> index
+    # searchsorted on the cumulative sum c = np.cumsum(w) (computed here unless given) with side="right" gives the
+    # smallest i with target < w[0] + ... + w[i]; it skips zero-width intervals, so a zero-weight entry is
     # never returned.  Rounding past the end falls back to the last entry with weight.
-    i = int(np.searchsorted(np.cumsum(w), target, side="right"))
-    if i >= len(w) or w[i] <= 0.0:
+    i = int(np.searchsorted(np.cumsum(w) if c is None else c, target, side="right"))
+    if i >= len(w) or w.item(i) <= 0.0:
         i = int(np.flatnonzero(w)[-1])
     return i
 
@@ -341,12 +349,13 @@ def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] nonnegative w
     blocks = padded.reshape(n_blocks, _BLOCK)  # [n_blocks, _BLOCK]
     mass = blocks.sum(axis=1)  # [n_blocks] M[j]
     c = np.cumsum(mass)  # [n_blocks] M[0] + ... + M[j]
-    if not c[-1] > 0.0:
-        raise ValueError(f"sample needs weights with a positive sum, got sum {c[-1]}")
-    target = u * c[-1]
-    j = _invert(mass, target)  # the block (it has mass > 0)
-    below = c[j - 1] if j > 0 else 0.0
-    return j * _BLOCK + _invert(blocks[j], min(max(target - below, 0.0), mass[j]))
+    S = c.item(-1)
+    if not S > 0.0:
+        raise ValueError(f"sample needs weights with a positive sum, got sum {S}")
+    target = u * S
+    j = _invert(mass, target, c)  # the block (it has mass > 0)
+    below = c.item(j - 1) if j > 0 else 0.0
+    return j * _BLOCK + _invert(blocks[j], min(max(target - below, 0.0), mass.item(j)))
 
 
 # ---------------------------------------------------------------- exact MRS
@@ -512,11 +521,12 @@ def _check_tree_inputs(tokens, parents, p, q, function: str,
     # (_q_row, _p_row), so a call reads only the rows it uses.  distinct: None if siblings may repeat, else why
     # they may not (for the error message).
     tokens, parents, p, q = np.asarray(tokens), np.asarray(parents), np.asarray(p), np.asarray(q)
-    if tokens.ndim != 1 or tokens.size < 1 or not np.issubdtype(tokens.dtype, np.integer):
+    # (plain Python on the N ids below, not NumPy: for a tree of tens of nodes a NumPy call costs more than the loop)
+    if tokens.ndim != 1 or tokens.size < 1 or tokens.dtype.kind not in "iu":
         raise ValueError(f"{function}: tokens must be a 1-D integer array of N >= 1 drafted tokens, "
                          f"got shape {tokens.shape} dtype {tokens.dtype}")
     N = tokens.shape[0]
-    if parents.shape != (N,) or not np.issubdtype(parents.dtype, np.integer):
+    if parents.shape != (N,) or parents.dtype.kind not in "iu":
         raise ValueError(f"{function}: parents must be a 1-D integer array with one entry per node (N = {N}), "
                          f"got shape {parents.shape} dtype {parents.dtype}")
     if q.ndim != 2 or q.shape[0] != N + 1 or q.shape[1] < 1:
@@ -525,9 +535,10 @@ def _check_tree_inputs(tokens, parents, p, q, function: str,
     V = q.shape[1]
     if p.shape != (N + 1, V):
         raise ValueError(f"{function}: p must have shape [N + 1, V] = [{N + 1}, {V}] like q, got {p.shape}")
-    if np.any((tokens < 0) | (tokens >= V)):
-        i = int(np.flatnonzero((tokens < 0) | (tokens >= V))[0])
-        raise ValueError(f"{function}: tokens[{i}] = {tokens[i]} is not a token id in [0, {V})")
+    x = tokens.tolist()
+    for i, t in enumerate(x):
+        if not 0 <= t < V:
+            raise ValueError(f"{function}: tokens[{i}] = {t} is not a token id in [0, {V})")
     children = [[] for _ in range(N + 1)]  # children[j + 1]: node j's children in ascending index; [0]: the root's
     for i, j in enumerate(parents.tolist()):
         if not -1 <= j < N:
@@ -538,7 +549,6 @@ def _check_tree_inputs(tokens, parents, p, q, function: str,
                              f"parent must come before it (expected -1 or an index below {i})")
         children[j + 1].append(i)
     if distinct is not None:
-        x = tokens.tolist()
         for kids in children:
             seen = {}
             for i in kids:
@@ -554,17 +564,24 @@ def _q_row(q: np.ndarray, row: int) -> np.ndarray:  # [N+1, V] -> float64 [V], c
 
 
 def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list) -> tuple[np.ndarray, float]:
-    # [V] weights w (sum S), [V] draft weights d (sum D) -> (w, S) after a rejection: max(0, w / S - d / D) and its
-    # sum, a division by 1.0 skipped: the same floats as writing it out, computed in a scratch row that does not
-    # hold w.  scratch: [None] until the first rejection of a call, then three rows of V (allocated once per call,
-    # which is a tenth of a rejection's cost at V = 49 152).  If the sum is 0 (rounding left nothing: documented)
-    # w and S stay.
+    # [V] weights w (sum S), [V] draft weights d (sum D) -> (w, S) after a rejection.  The new residual is
+    # max(0, w / S - d / D) scaled by D, that is max(0, w / (S / D) - d), and its sum: one pass over V fewer than
+    # normalising both rows, and none when S == D (then it is max(0, w - d)).  With D = 1 (verify_tree_mss) it is
+    # max(0, w / S - d) exactly.  If S / D is not a normal float (only when S or D is below about 1e-308) it is
+    # max(0, w / S - d / D) written out, the scale that keeps the precision.  Computed in a scratch row that does
+    # not hold w: scratch is [None] until the first rejection of a call, then three rows of V (allocated once per
+    # call, a tenth of a rejection's cost at V = 49 152).  If the sum is 0 (rounding left nothing: documented) w
+    # and S stay.
     if scratch[0] is None:
         scratch[:] = list(np.empty((3, w.shape[0])))
     r = scratch[1] if w is scratch[0] else scratch[0]
-    a = w if S == 1.0 else np.divide(w, S, out=r)
-    b = d if D == 1.0 else np.divide(d, D, out=scratch[2])
-    np.subtract(a, b, out=r)
+    c = S / D
+    if c == 1.0:
+        np.subtract(w, d, out=r)
+    elif _TINY <= c < np.inf:
+        np.subtract(np.divide(w, c, out=r), d, out=r)
+    else:
+        np.subtract(np.divide(w, S, out=r), np.divide(d, D, out=scratch[2]), out=r)
     np.maximum(r, 0.0, out=r)
     s = float(r.sum())
     return (r, s) if s > 0.0 else (w, S)
@@ -611,11 +628,11 @@ def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: 
             # passes, even at u = 0) and no division (rest can round to 0 or below: then any q(c_i) > 0 passes).
             # EAGLE-2's evaluate_posterior writes it as SpecInfer's line 30 with p(c) = 1 (r <= q(c)), then
             # q(c) <- 0 and q renormalised, which is what dividing by rest does.
-            if rng.random() * max(rest, 0.0) < qr[x]:
+            if rng.random() * max(rest, 0.0) < qr.item(x):
                 out.append(x)  # accepted: the walk goes on from c_i
                 row = i + 1
                 break
-            rest -= qr[x]
+            rest -= qr.item(x)
         else:  # no child accepted (or none to test)
             w = qr
             if children[row]:
@@ -653,7 +670,7 @@ def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
         for i in children[row]:  # lines 27-28: H = child(u); line 29: s ~ rand(H), here in the order drawn
             x = int(tokens[i])
             # lines 29-30: r ~ U(0, 1); if r <= q(x_s) / p(x_s): strict here, so q = 0 is never accepted
-            if rng.random() < w[x] / (S * d[x]):
+            if rng.random() < w.item(x) / (S * d.item(x)):
                 out.append(x)  # lines 32-34: V.append(x_s), u = s, break
                 row = i + 1
                 break
@@ -693,17 +710,19 @@ def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
         for i in children[row]:
             x = int(tokens[i])
             # as SpecInfer's line 30: accept iff u < q(x) / p(x), with the current q and p; strict
-            if rng.random() < (w[x] * D) / (S * d[x]):
+            if rng.random() < (w.item(x) * D) / (S * d.item(x)):
                 out.append(x)  # accepted: the walk goes on from x
                 row = i + 1
                 break
             # rejected: q <- norm(max(0, q - p)) (SpecInfer's line 37) with the current q = w / S and p = d / D
             # (a division by 1.0 skipped); then the step recursive rejection sampling adds: p <- norm(p without x)
-            w, S = _rejected(w, S, d, D, scratch)  # max(0, w / S - d / D); if nothing is left, w stays
+            w, S = _rejected(w, S, d, D, scratch)  # max(0, w / S - d / D), scaled by S; if nothing is left, w stays
+            if i == children[row][-1]:
+                continue  # the last child: no other was drawn after it, so p without it is never used
             if not copied:  # at the first rejection d is still the caller's row
                 d, copied = d.copy(), True
             d[x] = 0.0  # without replacement, the next child was drawn from p without x
-            D = d.sum()  # > 0: the next child x' is another token with d(x') = p(x') > 0
+            D = float(d.sum())  # > 0: the next child x' is another token with d(x') = p(x') > 0
         else:  # all rejected (or a leaf): the last token from the last q
             out.append(sample(w, rng))
             return np.array(out, dtype=np.int64)

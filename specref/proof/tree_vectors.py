@@ -100,7 +100,7 @@ def exact_walk(function: str, tokens, parents, p, q, uniforms) -> tuple[list[int
             trace.append(step + ": reject")
             if function == "verify_tree_topk":
                 continue
-            r = [max(Fraction(0), a / S - b / D) for a, b in zip(w, d)]  # max(0, w / S - d / D)
+            r = [max(Fraction(0), a / (S / D) - b) for a, b in zip(w, d)]  # max(0, w / (S / D) - d): scaled by D
             if sum(r) > 0:
                 w, S = r, sum(r)
             if function == "verify_tree_rrs":

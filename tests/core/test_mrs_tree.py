@@ -242,6 +242,22 @@ def test_an_all_zero_residual_gives_a_token_of_the_row_never_nan(verify):
         assert len(out) == 1 and q[out[0]] > 0, out  # rejected, then a token q gives mass to
 
 
+def test_rrs_residual_keeps_its_scale_when_the_draft_mass_left_is_denormal():
+    """After rejecting token 0, the draft's row without it is [0, 5e-324, 5e-324, 0]: D = 1e-323, so S / D
+    overflows and the shortcut max(0, w / (S / D) - d) would be all zero (w would stay [0, 0, .3, .3], and u = .1
+    would give token 2).  The documented fallback max(0, w / S - d / D) gives [0, 0, 0, .5]: token 3, as the exact
+    rule in fractions does."""
+    tiny = 5e-324
+    p, q = [1.0, tiny, tiny, 0.0], [0.4, 0.0, 0.3, 0.3]
+    with np.errstate(all="raise"):
+        out = _run(mrs.verify_tree_rrs, [0, 1], [-1, -1], [p, U4, U4], [q, LEAF, LEAF], [0.9, 0.5, 0.1])
+    exact, trace, _ = tree_vectors.exact_walk("verify_tree_rrs", [0, 1], [-1, -1], [p, U4, U4], [q, LEAF, LEAF],
+                                              [0.9, 0.5, 0.1])
+    assert out == exact == [3], trace
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(0.6 / (2 * tiny))  # the case is one where the shortcut's scale overflows
+
+
 @pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
 def test_large_vocabulary_p_equals_q_no_nan_and_ids_in_range(verify):
     V, rng = 49_152, np.random.default_rng(5)
