@@ -149,8 +149,11 @@ c = c_i of a node whose rows are p and q, and the w that is left:
     verify_tree_rrs: as verify_tree_mss, with d = p and D = 1 when the node is reached in place
         of p: accept iff u < (w(c) D) / (S d(c)); on rejection r = max(0, w / (S / D) - d), the
         residual scaled by D (max(0, w - d) if S / D == 1; max(0, w / S - d / D) if S / D is not
-        a normal float), kept as above; then, unless c is the node's last child, d(c) = 0 and
-        D = sum(d).  (With D = 1 the first form is verify_tree_mss's.)
+        a normal float), kept as above; then, unless c is the node's last child, D = the mass of
+        p without the children rejected so far: sum(p) minus their p, or, if that is below
+        sum(p) / 1024, the sum of p with their entries set to 0.  d stays p: at a rejected token
+        the residual is 0 already, so its entry of d changes nothing but D.  (With D = 1 the
+        first form is verify_tree_mss's.)
 
 Numerical choices for trees, made on purpose:
 - every test is strict: a child with q(c) = 0 (or w(c) = 0 after rejections) is never accepted,
@@ -580,21 +583,38 @@ def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list) -
         np.subtract(w, d, out=r)
     elif _TINY <= c < np.inf:
         np.subtract(np.divide(w, c, out=r), d, out=r)
-    else:
-        np.subtract(np.divide(w, S, out=r), np.divide(d, D, out=scratch[2]), out=r)
+    else:  # d / D may overflow to inf at rejected tokens (verify_tree_rrs keeps their d): the clip makes it 0 there
+        with np.errstate(over="ignore"):
+            np.subtract(np.divide(w, S, out=r), np.divide(d, D, out=scratch[2]), out=r)
     np.maximum(r, 0.0, out=r)
     s = float(r.sum())
     return (r, s) if s > 0.0 else (w, S)
 
 
-def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, function: str) -> np.ndarray:
-    # [N+1, V] -> float64 [V]: the row the children `kids` were drawn from, checked, and p(x) > 0 at each child
-    d = check_distribution(p[row], f"p (draft) row {row}")
+def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, function: str) -> tuple[np.ndarray, float]:
+    # [N+1, V] -> (float64 [V], its sum): the row the children `kids` were drawn from, checked (as
+    # check_distribution, which names what is wrong), and p(x) > 0 at each child
+    d = np.asarray(p[row], dtype=np.float64)
+    total = float(d.sum())
+    if not (d.min() >= 0 and abs(total - 1.0) <= TOL):  # NaN fails both
+        check_distribution(d, f"p (draft) row {row}")  # raises
     for i in kids:
         if not d[tokens[i]] > 0.0:
             raise ValueError(f"{function}: node {i}'s token {tokens[i]} has p(x) = 0 in the row p[{row}] it was "
                              "drawn from: it cannot have been drawn from p")
-    return d
+    return d, total
+
+
+def _mass_left(d: np.ndarray, total: float, rejected: list[int]) -> float:  # [V], sum(d), ids -> float
+    # sum(d) without its entries at `rejected`: total minus theirs, unless that cancels below total / 1024 (it
+    # would keep fewer than 43 of the 53 bits): then the sum of a copy with those entries set to 0.  Either way the
+    # relative error stays below about 1e-12, and the result is > 0 whenever an entry left is.
+    D = total - sum(d.item(y) for y in rejected)
+    if D < total / 1024:
+        left = d.copy()
+        left[rejected] = 0.0
+        D = float(left.sum())
+    return D
 
 
 def verify_tree_topk(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: np.ndarray,
@@ -666,7 +686,7 @@ def verify_tree_mss(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
     out, row, scratch = [], 0, [None]  # line 25: u <- the root; row: u's row, 0 at the root and i + 1 after node i
     while True:  # line 26: while u is a non-leaf node (a leaf falls through to line 42 at once)
         w, S = _q_row(q, row), 1.0  # the target's row at u, as weights w with sum S (q counts as normalised)
-        d = _p_row(p, row, children[row], tokens, "verify_tree_mss") if children[row] else None  # the draft's row
+        d = _p_row(p, row, children[row], tokens, "verify_tree_mss")[0] if children[row] else None  # the draft's row
         for i in children[row]:  # lines 27-28: H = child(u); line 29: s ~ rand(H), here in the order drawn
             x = int(tokens[i])
             # lines 29-30: r ~ U(0, 1); if r <= q(x_s) / p(x_s): strict here, so q = 0 is never accepted
@@ -705,24 +725,26 @@ def verify_tree_rrs(tokens: np.ndarray, parents: np.ndarray, p: np.ndarray, q: n
     out, row, scratch = [], 0, [None]  # row: the current node's row, 0 at the root and i + 1 after node i
     while True:
         w, S = _q_row(q, row), 1.0  # the target's row as weights w with sum S (q counts as normalised)
-        # the draft's row without the rejected children: weights d, sum D
-        d, D, copied = (_p_row(p, row, children[row], tokens, "verify_tree_rrs") if children[row] else None), 1.0, False
-        for i in children[row]:
+        kids = children[row]
+        if kids:  # the draft's row d, never changed, and D: the mass of p without the rejected children
+            d, total = _p_row(p, row, kids, tokens, "verify_tree_rrs")
+            D, rejected = 1.0, []
+        for i in kids:
             x = int(tokens[i])
             # as SpecInfer's line 30: accept iff u < q(x) / p(x), with the current q and p; strict
             if rng.random() < (w.item(x) * D) / (S * d.item(x)):
                 out.append(x)  # accepted: the walk goes on from x
                 row = i + 1
                 break
-            # rejected: q <- norm(max(0, q - p)) (SpecInfer's line 37) with the current q = w / S and p = d / D
-            # (a division by 1.0 skipped); then the step recursive rejection sampling adds: p <- norm(p without x)
-            w, S = _rejected(w, S, d, D, scratch)  # max(0, w / S - d / D), scaled by S; if nothing is left, w stays
-            if i == children[row][-1]:
+            # rejected: q <- norm(max(0, q - p)) (SpecInfer's line 37) with the current q = w / S and p = d / D, where
+            # d still has its entries at the rejected tokens: the residual is 0 there already (w(y) / S < d(y) / D is
+            # what rejected y), so subtracting them changes nothing and only D needs to leave them out
+            w, S = _rejected(w, S, d, D, scratch)  # max(0, w / (S / D) - d), scaled by D; if nothing is left, w stays
+            if i == kids[-1]:
                 continue  # the last child: no other was drawn after it, so p without it is never used
-            if not copied:  # at the first rejection d is still the caller's row
-                d, copied = d.copy(), True
-            d[x] = 0.0  # without replacement, the next child was drawn from p without x
-            D = float(d.sum())  # > 0: the next child x' is another token with d(x') = p(x') > 0
+            # the step recursive rejection sampling adds: p <- norm(p without x), the law the next child was drawn from
+            rejected.append(x)
+            D = _mass_left(d, total, rejected)  # > 0: the next child x' is another token with p(x') > 0
         else:  # all rejected (or a leaf): the last token from the last q
             out.append(sample(w, rng))
             return np.array(out, dtype=np.int64)

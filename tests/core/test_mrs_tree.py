@@ -258,6 +258,34 @@ def test_rrs_residual_keeps_its_scale_when_the_draft_mass_left_is_denormal():
         assert not np.isfinite(0.6 / (2 * tiny))  # the case is one where the shortcut's scale overflows
 
 
+def _rrs_after_a_dominant_child():
+    """A draft row whose first child holds all but 3.9e-13 of its mass: p without that child is 3.9e-13, and
+    sum(p) - p(x) computed in float64 is off by 2.3e-4 of it (sum(p) rounds to 1 + 2.2e-16).  The second child,
+    token 5, is tested against its exact ratio (fractions) with u just under it: accepted."""
+    p = np.array([1.0, 3e-14, 5e-14, 7e-14, 1.1e-13, 1.3e-13])
+    p /= p.sum()
+    q = [0.5, 0.1, 0.1, 0.1, 0.1, 0.1]
+    w = [max(Fraction(0), Fraction(a) - Fraction(b)) for a, b in zip(q, p)]  # the residual after rejecting token 0
+    left = sum(Fraction(v) for v in p[1:])  # the mass of p without token 0
+    ratio = (w[5] * left) / (sum(w) * Fraction(p[5]))
+    assert 0.5 < ratio < 0.7
+    leaf = [1 / 6] * 6
+    return [0, 5], [-1, -1], [p.tolist(), leaf, leaf], [q, leaf, leaf], [0.9, float(ratio) * (1 - 1e-6), 0.6]
+
+
+def test_rrs_mass_left_keeps_its_precision_after_a_dominant_child(monkeypatch):
+    tokens, parents, p, q, uniforms = _rrs_after_a_dominant_child()
+    out = _run(mrs.verify_tree_rrs, tokens, parents, p, q, uniforms)
+    exact, trace, _ = tree_vectors.exact_walk("verify_tree_rrs", tokens, parents, p, q, uniforms)
+    assert out == exact == [5, 3], trace
+    d = np.array(p[0])
+    true_left = sum(Fraction(v) for v in d[1:])
+    assert abs(Fraction(mrs._mass_left(d, float(d.sum()), [0])) - true_left) < 1e-12 * true_left
+    # negative control: the mass left as sum(p) - p(x) alone, without the recount, rejects token 5
+    monkeypatch.setattr(mrs, "_mass_left", lambda d, total, rejected: total - sum(d.item(y) for y in rejected))
+    assert _run(mrs.verify_tree_rrs, tokens, parents, p, q, uniforms)[0] != 5
+
+
 @pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
 def test_large_vocabulary_p_equals_q_no_nan_and_ids_in_range(verify):
     V, rng = 49_152, np.random.default_rng(5)
