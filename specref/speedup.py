@@ -188,11 +188,19 @@ def alpha_needed(c: float, score_cost, tol: float = 1e-9) -> float:
 # draft's r-th candidate; SpecInfer / recursive rejection sampling give accept[0] = alpha (the
 # first child is an ordinary MRS draft) and later ranks what the residuals leave.
 
-def _check_profile(accept) -> np.ndarray:
-    a = np.asarray(accept, dtype=np.float64)
-    if a.ndim != 1 or a.size == 0 or np.any(~np.isfinite(a)) or np.any(a < 0) or a.sum() > 1 + 1e-9:
-        raise ValueError(f"accept must be 1-D chances per rank, each >= 0 and summing to at most 1, got {accept}")
-    return a
+def _check_profile(accept) -> list[np.ndarray]:  # -> one row of chances by rank per depth (the last for deeper)
+    rows = accept if len(accept) and all(np.ndim(a) == 1 for a in accept) else [accept]
+    out = []
+    for row in rows:
+        try:
+            a = np.asarray(row, dtype=np.float64)
+        except (TypeError, ValueError):
+            a = np.zeros((0, 0))  # not numbers, or ragged: the error below
+        if a.ndim != 1 or a.size == 0 or np.any(~np.isfinite(a)) or np.any(a < 0) or a.sum() > 1 + 1e-9:
+            raise ValueError("accept must be chances by rank (each >= 0, summing to at most 1), or one such list per "
+                             f"depth, got {accept}")
+        out.append(a)
+    return out
 
 
 def _tree_parents(parents) -> list[int]:
@@ -211,15 +219,19 @@ def tree_expected_tokens(parents, accept) -> float:
     """Eq. 1 for a tree: expected tokens per target call, 1 + sum over nodes of the chance the walk reaches it.
 
     parents [N] as in `specref.sampling.Tree` (siblings in rank order); accept[r] the chance the walk
-    goes on to a node's child of rank r (ranks beyond len(accept) never).  A node whose path from the
-    root takes ranks r_1..r_d is reached with chance accept[r_1] ... accept[r_d].  A chain of gamma
-    with accept = (alpha,) gives Eq. 1, (1 - alpha^(gamma+1)) / (1 - alpha).
+    goes on to a node's child of rank r (ranks beyond len(accept) never), or accept[d][r] the same at
+    depth d (the root's children are at depth 0; depths past the last row use the last row).  A node
+    whose path from the root takes ranks r_1..r_d is reached with chance accept[r_1] ... accept[r_d]
+    (accept[0][r_1] ... accept[d - 1][r_d] by depth).  A chain of gamma with accept = (alpha,) gives
+    Eq. 1, (1 - alpha^(gamma+1)) / (1 - alpha).
     """
-    a, p = _check_profile(accept), _tree_parents(parents)
-    reach, seen = [], {}  # reach[i]: the chance the walk reaches node i; seen[j]: children of j so far
+    rows, p = _check_profile(accept), _tree_parents(parents)
+    reach, depth, seen = [], [], {}  # reach[i]: the chance the walk reaches node i; seen[j]: children of j so far
     for i, j in enumerate(p):
         rank = seen.get(j, 0)
         seen[j] = rank + 1
+        depth.append(depth[j] + 1 if j >= 0 else 0)
+        a = rows[min(depth[i], len(rows) - 1)]
         reach.append((reach[j] if j >= 0 else 1.0) * (a[rank] if rank < a.size else 0.0))
     return 1.0 + float(sum(reach))
 

@@ -2,6 +2,7 @@
 
     python3 -m tools.tree_gain exact                     # a minute: the exact tables
     python3 -m tools.tree_gain costs                     # two minutes: scoring a tree against a chain, 15 rounds
+    python3 -m tools.tree_gain depths                    # two minutes: chances by rank at each depth, demo prompt
     python3 -m tools.tree_gain humaneval --limit 12 --json runs/tree_gain.json
                                                          # the trained draft on HumanEval prompts: resumable
                                                          # (results go to the .jsonl beside --json), progress shown
@@ -17,7 +18,10 @@ drawn three ways, each with its exact verifier.  `tests/core/test_tree_sampling.
 HumanEval: `specref.apps.humaneval`'s benchmark (the same prompts, stop sequences, sandbox and
 resume) with the trained draft (`neural`), one row per (shape, children), every shape at K = 4
 nodes, some at 8 (HUMANEVAL_SHAPES); tokens per target call measured, wall clock beside it, and the chances by rank
-at the root (`demo.TreeProfile`) that Theorem 3.8 for trees takes.
+at each depth (`demo.TreeProfile`) that Theorem 3.8 for trees takes.
+
+Depths: greedy prompt lookup on the demo's prompt, with trees whose walk goes below the root: the chances by rank
+at each depth, and the tokens per call predicted from the root's chances alone and from every depth's.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `python -m specref` set
 import numpy as np  # noqa: E402
 
 from specref import speedup  # noqa: E402
-from specref.apps import humaneval as he  # noqa: E402
+from specref.apps import demo, humaneval as he  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.proof import stats  # noqa: E402
@@ -212,11 +216,11 @@ def run_humaneval(argv) -> int:
               + ", ".join(f"K={k} {v:.2f}" for k, v in costs["score_ratio"].items())
               + "; trees of N nodes " + ", ".join(f"N={n} {v:.2f}" for n, v in costs["tree_score_ratio"].items())
               + f"; decode {costs['decode_ms_per_token']:.1f} ms")
-    print("\nchances by rank at the root (tree rows):")
+    print("\nchances by rank at the root, then at each deeper depth (tree rows):")
     for r in rows:
         if r.get("tree"):
             print(f"  {r['tree']:>8} {r['verify']:>5} {'greedy' if r['temperature'] == 0 else 'nucleus'}: "
-                  + " ".join(f"{v:.3f}" for v in r["tree_profile"] or []))
+                  + demo.chances_text(r["tree_profile"] or []))
     if args.json:
         write_text(args.json, json.dumps({"rows": rows, "costs": costs}, indent=2, default=float) + "\n")
         print(f"wrote {args.json}")
@@ -245,6 +249,26 @@ def run_costs(repeats: int = 15) -> int:
     return 0
 
 
+def run_depths(draft: str = "prompt-lookup", shapes=("4", "4x1x1", "2+1+1+1+1+1"), max_new_tokens: int = 96) -> int:
+    """Greedy runs of `draft` with each tree on the demo's default prompt: the chances by rank at each depth the
+    walk reached (`demo.TreeProfile`: exact at each node, averaged over the nodes reached), and the tokens per call
+    that `speedup.tree_expected_tokens` predicts from the root's chances alone and from every depth's, beside the
+    measured tokens per call."""
+    model = load_fast(measure=True)
+    tok = model.tokenizer
+    prompt_ids = tok.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
+    for shape in shapes:
+        tree = Tree.parse(shape, demo.tree_children(draft, 0.0))
+        r = demo.generate(model, prompt_ids, "SpS", draft, 0, 0.0, None, max_new_tokens, 0, tok.eos_id, tree=tree)
+        print(f"{draft}, greedy, tree {shape} ({tree.children} children), {len(r.tokens)} tokens: "
+              f"{r.stats.tokens_per_target_call:.2f} tokens per call measured; predicted "
+              f"{speedup.tree_expected_tokens(tree.parents, r.profile[0]):.2f} from the root's chances, "
+              f"{speedup.tree_expected_tokens(tree.parents, r.profile):.2f} from every depth's")
+        for depth, row in enumerate(r.profile):
+            print(f"  depth {depth}: chances by rank " + " ".join(f"{v:.3f}" for v in row))
+    return 0
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["exact"]:
@@ -252,6 +276,8 @@ def main(argv=None) -> int:
         return 0
     if argv[:1] == ["costs"]:
         return run_costs()
+    if argv[:1] == ["depths"]:
+        return run_depths()
     if argv[:1] == ["humaneval"]:
         return run_humaneval(argv[1:])
     print(__doc__)

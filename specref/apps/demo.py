@@ -15,8 +15,9 @@ would need.  On a CPU where scoring a few tokens costs far more than one decode 
 BLAS without AVX-512 packs every small product), K is the whole story.  `--K` forces one K.
 
 Trees of drafts (`specref.sampling.Tree`): after each draft's chain, a short pilot with a tree of
-four candidates at the root measures, exactly over the verifier's own randomness, the chance that
-the walk goes on to each of them by rank (`TreeProfile`); Theorem 3.8's extension to trees
+four candidates at the root and at depths 1 to 3 (TREE_PILOT) measures, exactly over the verifier's
+own randomness, the chance that the walk goes on to each of them by rank, at each depth
+(`TreeProfile`: a copied run accepts far more often below the root than at it); Theorem 3.8's extension to trees
 (`speedup.tree_walltime_improvement`, with the same measured scoring costs, a tree of N nodes
 priced as a chain of N + 1 tokens) then picks the shape among `tree_shapes()` (`choose_tree`).
 Where a tree pays, the table gets a tree row; where none does, the notes below the table say so,
@@ -96,7 +97,7 @@ class Result:
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
     tree: str = ""  # the tree's shape (`specref.sampling.Tree.parse`), "" for a chain
     children: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
-    profile: list = field(default_factory=list)  # the tree's chances by rank at the root (`TreeProfile`)
+    profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
     why_tree: str = ""  # how the tree was chosen (`choose_tree`)
 
 
@@ -108,18 +109,21 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Result:
+             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None,
+             profile: TreeProfile | None = None) -> Result:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
 
     lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
-    tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier."""
+    tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier through `profile`
+    (a new TreeProfile for the tree's children if None)."""
     # the n-gram is a trigram fitted on the prompt's own tokens
     draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
                     neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(VERIFIERS[verify])
-    profile = TreeProfile(tree.children) if tree is not None else None
+    if tree is not None and profile is None:
+        profile = TreeProfile(tree.children)
     stats = timed_generation(np.array(prompt_ids), model, draft, tree.size if tree else K,
                              Warp(temperature, None, top_p), max_new_tokens,
                              np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
@@ -166,7 +170,7 @@ def predict(result: Result, base: Result) -> float:
         return 1.0
     stats = result.stats
     score_cost = speedup.plausible_score_cost(stats.target_ms_per_call / base.stats.target_ms_per_call)[0]
-    if result.tree:  # Theorem 3.8 for trees, with the run's own chances by rank at the root
+    if result.tree:  # Theorem 3.8 for trees, with the run's own chances by rank at each depth
         c = stats.draft_ms_per_call / base.stats.target_ms_per_call
         return speedup.tree_walltime_improvement(Tree.parse(result.tree).parents, result.profile or [0.0], c,
                                                  score_cost)
@@ -236,7 +240,8 @@ def choose_K(pilot: Result, base: Result, costs: list[float]) -> KChoice:
 # ---------------------------------------------------------------- trees of drafts
 
 TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
-TREE_PILOT = "4"     # the pilot's tree: 4 children of the root, whose chances by rank are the profile
+TREE_PILOT = "4+4+4+4"  # the pilot's tree: 4 children at the root and below the first child at depths 1 to 3,
+                        # whose chances by rank at each depth are the profile (deeper depths take depth 3's)
 TREE_WIDTH = 4       # the widest node a chosen tree may have (the pilot measures 4 ranks)
 
 
@@ -285,29 +290,65 @@ def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, children: str) -
     return out
 
 
+def profile_table(calls: int, sums, deeper) -> list[list[float]]:
+    """Chances by rank per depth, the `accept` of `speedup.tree_expected_tokens`, from what `TreeProfile` adds up:
+    the root's `sums` over `calls`, then each deeper depth's [nodes reached, sums]; [] if nothing was measured."""
+    rows = [[v / calls for v in sums]] if calls else []
+    for reached, depth_sums in deeper if rows else []:
+        if not reached:
+            break
+        rows.append([v / reached for v in depth_sums])
+    return rows
+
+
+def chances_text(profile) -> str:
+    """A profile in a line: the root's chances by rank, then each deeper depth's (one list: the same at every depth)."""
+    table = profile if all(np.ndim(row) == 1 for row in profile) else [profile]
+    rows = [" ".join(f"{v:.2f}" for v in row) for row in table if len(row)] or ["none measured"]
+    return rows[0] + "".join(f"; depth {d}: {row}" for d, row in enumerate(rows[1:], 1))
+
+
 class TreeProfile:
-    """The exact tree verifier for `children`, which also adds up each call's `root_chances`: `profile` is
-    their mean per rank, the `accept` of `speedup.tree_expected_tokens`.  `seconds` is the time spent
-    computing them (a timed run subtracts it: it is not part of sampling)."""
+    """The exact tree verifier for `children`, which also adds up the chances by rank (`root_chances`) at every node
+    each call's walk reaches, by depth: `profile` is their mean per depth (`profile_table`), the `accept` of
+    `speedup.tree_expected_tokens`.  `calls` and `sums` are the root's (every call reaches it), `deeper[d - 1]` is
+    [nodes reached, sums by rank] at depth d >= 1.  Measured at each depth because the chances differ by depth:
+    in a run that copies from its prompt, a candidate below an accepted one is accepted far more often than one
+    at the root.  `seconds` is the time spent computing them (a timed run subtracts it: it is not sampling)."""
 
     def __init__(self, children: str):
         self.children, self.verify = children, TREE_VERIFIERS[children]
-        self.sums, self.calls, self.seconds = [], 0, 0.0
+        self.sums, self.calls, self.deeper, self.seconds = [], 0, [], 0.0
 
     def __call__(self, tokens, parents, p, q, rng):
+        out = self.verify(tokens, parents, p, q, rng)
         start = time.perf_counter()
-        kids = np.flatnonzero(np.asarray(parents) == -1)
-        chances = root_chances(np.asarray(tokens)[kids], p[0], q[0], self.children)
-        self.sums += [0.0] * (len(chances) - len(self.sums))
-        for r, v in enumerate(chances):
-            self.sums[r] += v
-        self.calls += 1
+        tokens, parents, node = np.asarray(tokens), np.asarray(parents), -1
+        for depth, y in enumerate(out):  # y: the token the walk took below `node`, or the call's last token
+            kids = np.flatnonzero(parents == node)
+            if kids.size == 0:
+                break
+            chances = root_chances(tokens[kids], p[node + 1], q[node + 1], self.children)
+            if depth == 0:
+                self.calls += 1
+                sums = self.sums
+            else:
+                self.deeper += [[0, []] for _ in range(depth - len(self.deeper))]
+                self.deeper[depth - 1][0] += 1
+                sums = self.deeper[depth - 1][1]
+            sums += [0.0] * (len(chances) - len(sums))
+            for r, v in enumerate(chances):
+                sums[r] += v
+            taken = [i for i in kids if tokens[i] == y]
+            if depth == len(out) - 1 or not taken:
+                break
+            node = int(taken[0])
         self.seconds += time.perf_counter() - start
-        return self.verify(tokens, parents, p, q, rng)
+        return out
 
     @property
-    def profile(self) -> list[float]:
-        return [v / self.calls for v in self.sums] if self.calls else []
+    def profile(self) -> list[list[float]]:
+        return profile_table(self.calls, self.sums, self.deeper)
 
 
 @dataclass
@@ -316,7 +357,7 @@ class TreeChoice:
 
     tree: str  # the best shape of `tree_shapes()`
     children: str
-    profile: list  # chances by rank at the root, measured in the pilot
+    profile: list  # chances by rank at each depth, measured in the pilot (`TreeProfile`)
     c: float  # one draft row / one decode step, measured in the pilot
     predicted: float  # the model's speedup for that tree
     chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
@@ -326,8 +367,7 @@ class TreeChoice:
         return self.predicted > 1.0
 
     def why(self) -> str:
-        head = (f"{TREE_VERIFY[self.children]} children, chances by rank " + " ".join(f"{v:.2f}" for v in self.profile)
-                + f", c {self.c:.3f}: ")
+        head = f"{TREE_VERIFY[self.children]} children, chances by rank {chances_text(self.profile)}, c {self.c:.3f}: "
         than = "" if self.chain is None else f" (the chain: K = {self.chain.K} predicts {self.chain.predicted:.2f}x)"
         if self.pays:
             return head + f"tree {self.tree} predicts {self.predicted:.2f}x" + than
@@ -350,11 +390,12 @@ def choose_tree(pilot: Result, base: Result, costs: list[float], chain: KChoice 
 
 def table(results: list[Result]) -> str:
     w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
-    head = f"{'method':6} {'draft':{w}} {'K':>2} {'tree':>7} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
+    tw = max([7] + [len(r.tree) for r in results])  # and the tree column the longest shape
+    head = f"{'method':6} {'draft':{w}} {'K':>2} {'tree':>{tw}} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
            f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
     rows = [head, "-" * len(head)]
     for r in results:
-        rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.tree or '-':>7} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
+        rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.tree or '-':>{tw}} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
                     f"{len(r.tokens):6d} "
                     f"{r.stats.ms_per_token:7.1f} {r.stats.alpha_hat:6.2f} {r.stats.tokens_per_target_call:8.2f} "
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
@@ -376,7 +417,7 @@ def table(results: list[Result]) -> str:
     if trees:
         rows.append("")
         rows.append(f"Trees per draft: Theorem 3.8 for trees (specref.speedup.tree_walltime_improvement) with the same "
-                    f"costs, the chances by rank from a {PILOT_TOKENS}-token pilot with the tree {TREE_PILOT} "
+                    f"costs, the chances by rank at each depth from a {PILOT_TOKENS}-token pilot with the tree {TREE_PILOT} "
                     f"(a tree row is run where one pays; --tree forces one):")
         for r in trees:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"

@@ -36,13 +36,14 @@ K and the tree per draft.  Without --K and --tree, each draft gets, per setting,
 Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
 `specref.sampling.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K`,
 `demo.choose_tree`): from the scoring costs measured at the start of the run and short pilot runs on
-the first problem (the chain's alpha and c; the tree's chances by rank at the root).  The choices
+the first problem (the chain's alpha and c; the tree's chances by rank at each depth).  The choices
 are stored in the results file, so a resumed run keeps them.  --K forces a chain of K for every
 draft, --tree a tree for every draft (`demo.tree_children` says how its children are drawn); with
 either, nothing is chosen.  With --no-bench-costs there are no costs to choose with: K = 4, no tree.
 A tree row reports its shape (tree), how its children were drawn (verify: topk, mss or rrs),
-tree_profile (the chance that the walk goes on to each child of the root, by rank, exactly over the
-verifier's uniforms, averaged over the calls), and a predicted speedup from Theorem 3.8 for trees
+tree_profile (the chance that the walk goes on to each child of a node, by rank, exactly over the
+verifier's uniforms, averaged over the nodes reached at each depth: one list per depth, the root's
+first; `demo.TreeProfile`), and a predicted speedup from Theorem 3.8 for trees
 (`speedup.tree_walltime_improvement`) with that profile and the row's measured costs.
 
 The model sees the raw HumanEval prompt (code: imports, signature, docstring), not a chat
@@ -176,6 +177,7 @@ class Generation:
     expected_block: float = 0.0  # the same for block verification, on the same drafts and rows
     profile_calls: int = 0  # tree calls whose chances by rank at the root were added up (`demo.TreeProfile`)
     profile_sums: tuple = ()  # their sums, rank by rank
+    profile_deeper: tuple = ()  # the same below the root: [nodes reached, sums by rank] at depths 1, 2, ...
 
 
 # ---- problems and their execution -----------------------------------------------------------
@@ -249,7 +251,8 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
         completion = truncate_at_stop(completion)[0]
     return Generation(completion=completion, stopped_by=stopped_by, stats=stats, expected_calls=expected.calls,
                       expected_token=expected.token, expected_block=expected.block,
-                      profile_calls=profile.calls if profile else 0, profile_sums=tuple(profile.sums) if profile else ())
+                      profile_calls=profile.calls if profile else 0, profile_sums=tuple(profile.sums) if profile else (),
+                      profile_deeper=tuple(profile.deeper) if profile else ())
 
 
 def method_rng(seed: int, task_id: str, method: Method) -> np.random.Generator:
@@ -379,7 +382,7 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
         profile = tree_profile(records)
         predicted = 1.0
-        if m.tree is not None:  # Theorem 3.8 for trees, with the run's chances by rank at the root
+        if m.tree is not None:  # Theorem 3.8 for trees, with the run's chances by rank at each depth
             predicted = (speedup.tree_walltime_improvement(m.shape.parents, profile or [0.0], c,
                                                            speedup.plausible_score_cost(score_cost)[0])
                          if all(math.isfinite(v) for v in (c, score_cost)) else float("nan"))
@@ -412,14 +415,22 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
     return rows
 
 
-def tree_profile(records: list[dict]) -> list[float]:
-    """The chances by rank at the root of a tree method's calls, over all its stored problems (`demo.TreeProfile`)."""
+def tree_profile(records: list[dict]) -> list[list[float]]:
+    """The chances by rank at each depth of a tree method's calls, over all its stored problems (`demo.TreeProfile`,
+    `demo.profile_table`).  A record stored before the depths were measured adds to the root's only."""
     calls = sum(r.get("profile_calls", 0) for r in records)
     sums = [0.0] * max([len(r.get("profile_sums", ())) for r in records] + [0])
-    for r in records:
+    stored = [r.get("profile_deeper", ()) for r in records]
+    width = max([len(depth_sums) for depths in stored for _, depth_sums in depths] + [0])
+    deeper = [[0, [0.0] * width] for _ in range(max([len(depths) for depths in stored] + [0]))]
+    for r, depths in zip(records, stored):
         for i, v in enumerate(r.get("profile_sums", ())):
             sums[i] += v
-    return [v / calls for v in sums] if calls else []
+        for d, (reached, depth_sums) in enumerate(depths):
+            deeper[d][0] += reached
+            for i, v in enumerate(depth_sums):
+                deeper[d][1][i] += v
+    return demo.profile_table(calls, sums, deeper)
 
 
 def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
@@ -589,7 +600,8 @@ class Benchmark:
                           "verify": verify, "completion": BODY_INDENT + g.completion, "stopped_by": g.stopped_by,
                           "expected_calls": g.expected_calls, "expected_token": g.expected_token,
                           "expected_block": g.expected_block, "profile_calls": g.profile_calls,
-                          "profile_sums": list(g.profile_sums), **g.stats.counts()}
+                          "profile_sums": list(g.profile_sums), "profile_deeper": [list(d) for d in g.profile_deeper],
+                          **g.stats.counts()}
                 if execute:
                     completion = self.overrides.get(problem.task_id, record["completion"])
                     result = check_completion(problem, completion, self.limits)
@@ -648,7 +660,7 @@ class Benchmark:
         g = generate(prompt, self.model, draft, method, demo.PILOT_TOKENS, self.tokenizer,
                      method_rng(self.args.seed + 1, problem.task_id, method), stop=False,
                      verify=getattr(self.args, "verify", "token"))
-        profile = [v / g.profile_calls for v in g.profile_sums] if g.profile_calls else []
+        profile = demo.profile_table(g.profile_calls, g.profile_sums, g.profile_deeper)
         return demo.Result(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
                            tree=method.tree or "", children=method.children or "", profile=profile)
 

@@ -60,7 +60,8 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
     for seed in range(3):
         got = profile(tokens, parents, rows_p, rows_q, np.random.default_rng(seed))
         np.testing.assert_array_equal(got, mrs.verify_tree_rrs(tokens, parents, rows_p, rows_q, np.random.default_rng(seed)))
-    assert profile.calls == 3 and profile.profile == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.children))
+    assert profile.calls == 3
+    assert profile.profile[0] == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.children))
 
 
 def pilot(profile, draft_ms, children="without_replacement"):
@@ -109,3 +110,36 @@ def test_a_tree_row_is_predicted_by_theorem_3_8_for_trees_and_shown_as_a_tree():
                                                                           0.05, 2.0))
     assert "     3+1 rrs " in demo.table([r]).splitlines()[2]
     assert "tree 3+1 (4 nodes), rrs verification" in demo.verdicts([r])[0]
+
+
+def test_tree_profile_adds_the_chances_at_each_node_the_walk_reaches_by_depth():
+    """The root's chances in every call; a node's at depth 1 only in the calls whose walk reached it; a depth no
+    walk reached has no row."""
+    from specref.proof.vectors import ListedUniforms
+
+    q0, q1 = np.array([0.5, 0.2, 0.3, 0.0]), np.array([0.1, 0.1, 0.2, 0.6])  # the root's row; node 0's row
+    rows_q = np.stack([q0, q1, q0, q0])
+    tokens, parents = np.array([0, 1, 3]), np.array([-1, -1, 0])      # node 2 (token 3) below node 0 (token 0)
+    profile = demo.TreeProfile("topk")
+    # u = 0 accepts node 0, then node 2 (a leaf); the bonus token from u = .5
+    assert profile(tokens, parents, rows_q, rows_q, ListedUniforms([0.0, 0.0, 0.5])).tolist()[:2] == [0, 3]
+    # u = .9 rejects node 0 (q = .5), u = 0 accepts node 1, a leaf: the walk does not reach node 0's children
+    assert profile(tokens, parents, rows_q, rows_q, ListedUniforms([0.9, 0.0, 0.5])).tolist()[0] == 1
+    root, depth1 = demo.root_chances(np.array([0, 1]), q0, q0, "topk"), demo.root_chances(np.array([3]), q1, q1, "topk")
+    assert profile.calls == 2 and [reached for reached, _ in profile.deeper] == [1]
+    assert len(profile.profile) == 2
+    assert profile.profile[0] == pytest.approx(root) and profile.profile[1] == pytest.approx(depth1)
+    # Theorem 3.8's count of tokens for a tree takes the table: node 2 is reached with chance q0(0) q1(3)
+    assert speedup.tree_expected_tokens(parents, profile.profile) == pytest.approx(1 + 0.5 + 0.2 + 0.5 * 0.6)
+    assert demo.chances_text(profile.profile) == "0.50 0.20; depth 1: 0.60"
+
+
+def test_a_depth_no_walk_reached_ends_the_table_and_old_records_add_to_the_root_only():
+    from specref.apps import humaneval as he
+
+    assert demo.profile_table(0, [], []) == []
+    assert demo.profile_table(2, [1.0, 0.4], [[1, [0.9]], [0, []]]) == [[0.5, 0.2], [0.9]]
+    old = {"profile_calls": 2, "profile_sums": [1.0, 0.4]}                 # stored before depths were measured
+    new = {"profile_calls": 2, "profile_sums": [1.2, 0.2], "profile_deeper": [[2, [1.6, 0.2]], [1, [1.0]]]}
+    got = he.tree_profile([old, new])
+    assert len(got) == 3 and all(row == pytest.approx(want) for row, want in zip(got, [[0.55, 0.15], [0.8, 0.1], [1.0, 0.0]]))

@@ -224,6 +224,19 @@ def test_the_tree_extension_is_eq_1_and_theorem_3_8_on_a_chain():
         speedup.tree_expected_tokens([-1, -1], [0.7, 0.5])
 
 
+def test_the_tree_extension_takes_chances_by_depth():
+    """accept[d][r] at depth d (depths past the last row use the last row); one row for every depth is the 1-D form."""
+    t = Tree.parse("2+1+1").parents                                  # root: 2 children; then a chain of 2 below the first
+    assert speedup.tree_expected_tokens(t, [[0.5, 0.2]]) == speedup.tree_expected_tokens(t, [0.5, 0.2])
+    # 1 + (a00 + a01) + a00 a10 + a00 a10 a20, the last depth repeated past the table
+    assert speedup.tree_expected_tokens(t, [[0.5, 0.2], [0.9]]) == pytest.approx(1 + 0.7 + 0.45 + 0.405)
+    assert speedup.tree_expected_tokens(t, [[0.5, 0.2], [0.9], [0.1]]) == pytest.approx(1 + 0.7 + 0.45 + 0.045)
+    assert speedup.tree_walltime_improvement(t, [[0.5, 0.2], [0.9]], 0.1, 2.0) == pytest.approx(2.555 / 2.3)
+    for bad in ([], [[0.5], 0.3], [[0.7, 0.5]], [[0.5], []], ["x"]):
+        with pytest.raises(ValueError, match="one such list per depth"):
+            speedup.tree_expected_tokens(t, bad)
+
+
 @pytest.mark.parametrize("shape", ["2x1", "3+1", "2x2", "1x1x1"])
 def test_the_profile_model_is_exact_for_top_k_children_when_rows_do_not_depend_on_the_context(shape):
     """With the same rows after every prefix, Leviathan's iid assumption holds exactly: the expected
