@@ -283,22 +283,8 @@ def test_pipeline_mode_a_run_that_tests_nothing_or_cannot_range_check_ids_is_sta
 
 # ---------------------------------------------------------------- tree verifiers: --algorithm tree-topk | tree-mss | tree-rrs
 
-HOSTILE_TREE = '''
-import time
-import numpy as np
-
-def huge(tokens, parents, p, q, rng):
-    return np.array([10**9])
-
-def nan(tokens, parents, p, q, rng):
-    return np.array([np.nan])
-
-def too_many(tokens, parents, p, q, rng):
-    return np.zeros(len(tokens) + 2, dtype=np.int64)
-
-def sleeps(tokens, parents, p, q, rng):
-    time.sleep(60)
-'''
+# the hostile tree verifiers of tests/proof/test_conform_tree.py, loaded by the command from their file
+HOSTILE_TREE = ROOT / "tests" / "proof" / "test_conform_tree.py"
 
 
 @pytest.mark.parametrize("name, check, message", [
@@ -307,11 +293,10 @@ def sleeps(tokens, parents, p, q, rng):
     ("too_many", "contract", "returned 4 tokens for a tree of depth 1 (must be 1 to depth + 1 = 2)"),
     ("sleeps", "time limit", "verifier call 1 did not return within its time limit of 0.25 s"),
 ])
-def test_a_hostile_tree_verifier_fails_at_once_through_the_command(capsys, tmp_path, name, check, message):
-    (tmp_path / "hostile_tree.py").write_text(HOSTILE_TREE)
+def test_a_hostile_tree_verifier_fails_at_once_through_the_command(capsys, name, check, message):
     cli = importlib.import_module("specref.__main__")
     start = time.monotonic()
-    status = cli.main(["conform", f"{tmp_path}/hostile_tree.py:{name}", "--algorithm", "tree-mss", "--call-limit", "0.25"])
+    status = cli.main(["conform", f"{HOSTILE_TREE}:{name}", "--algorithm", "tree-mss", "--call-limit", "0.25"])
     seconds = time.monotonic() - start
     out = capsys.readouterr().out
     print(out, f"{seconds:.2f} s")
