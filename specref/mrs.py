@@ -608,7 +608,7 @@ def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, functio
 def _mass_left(d: np.ndarray, total: float, rejected: list[int]) -> float:  # [V], sum(d), ids -> float
     # sum(d) without its entries at `rejected`: total minus theirs, unless that cancels below total / 1024 (it
     # would keep fewer than 43 of the 53 bits): then the sum of a copy with those entries set to 0.  Either way the
-    # relative error stays below about 1e-12, and the result is > 0 whenever an entry left is.
+    # relative error is of the order of 1e-12 at most, and the result is > 0 whenever an entry left is.
     D = total - sum(d.item(y) for y in rejected)
     if D < total / 1024:
         left = d.copy()
