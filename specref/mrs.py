@@ -203,8 +203,8 @@ def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.nda
         raise ValueError(f"{name} must be an array of probabilities with a last axis of size V >= 1, got shape {d.shape}")
     if V is not None and d.shape[-1] != V:
         raise ValueError(f"{name} has vocabulary size {d.shape[-1]} but {V} was expected (shape {d.shape})")
-    if d.ndim == 1:  # fast path for one row (NaN fails `>=`), without NumPy calls on the scalars
-        if d.min() >= 0 and abs(float(d.sum()) - 1.0) <= TOL:
+    if d.ndim == 1:  # fast path for one row, without NumPy calls on the scalars
+        if _row_sum_if_valid(d) is not None:
             return d
     elif d.min() >= 0 and np.abs(d.sum(axis=-1) - 1.0).max() <= TOL:  # fast path for rows
         return d
@@ -217,6 +217,11 @@ def check_distribution(d: np.ndarray, name: str, V: int | None = None) -> np.nda
     if worst > TOL:
         raise ValueError(f"{name} does not sum to 1 (off by {worst:.3g} > tolerance {TOL:g}); pass normalised probabilities")
     return d
+
+
+def _row_sum_if_valid(d: np.ndarray) -> float | None:  # float64 [V] -> sum(d), or None if d fails the fast check
+    total = float(d.sum())
+    return total if d.min() >= 0 and abs(total - 1.0) <= TOL else None  # NaN fails both
 
 
 def _check_pair(p, q, function: str, hint: str = "") -> tuple[np.ndarray, np.ndarray]:  # [V], [V] -> float64 [V], [V]
@@ -572,11 +577,11 @@ def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list) -
     # normalising both rows, and none when S == D (then it is max(0, w - d)).  With D = 1 (verify_tree_mss) it is
     # max(0, w / S - d) exactly.  If S / D is not a normal float (only when S or D is below about 1e-308) it is
     # max(0, w / S - d / D) written out, the scale that keeps the precision.  Computed in a scratch row that does
-    # not hold w: scratch is [None] until the first rejection of a call, then three rows of V (allocated once per
+    # not hold w: scratch is [None] until the first rejection of a call, then two rows of V (allocated once per
     # call, a tenth of a rejection's cost at V = 49 152).  If the sum is 0 (rounding left nothing: documented) w
     # and S stay.
     if scratch[0] is None:
-        scratch[:] = list(np.empty((3, w.shape[0])))
+        scratch[:] = list(np.empty((2, w.shape[0])))
     r = scratch[1] if w is scratch[0] else scratch[0]
     c = S / D
     if c == 1.0:
@@ -585,7 +590,7 @@ def _rejected(w: np.ndarray, S: float, d: np.ndarray, D: float, scratch: list) -
         np.subtract(np.divide(w, c, out=r), d, out=r)
     else:  # d / D may overflow to inf at rejected tokens (verify_tree_rrs keeps their d): the clip makes it 0 there
         with np.errstate(over="ignore"):
-            np.subtract(np.divide(w, S, out=r), np.divide(d, D, out=scratch[2]), out=r)
+            np.subtract(np.divide(w, S, out=r), np.divide(d, D), out=r)
     np.maximum(r, 0.0, out=r)
     s = float(r.sum())
     return (r, s) if s > 0.0 else (w, S)
@@ -595,9 +600,9 @@ def _p_row(p: np.ndarray, row: int, kids: list[int], tokens: np.ndarray, functio
     # [N+1, V] -> (float64 [V], its sum): the row the children `kids` were drawn from, checked (as
     # check_distribution, which names what is wrong), and p(x) > 0 at each child
     d = np.asarray(p[row], dtype=np.float64)
-    total = float(d.sum())
-    if not (d.min() >= 0 and abs(total - 1.0) <= TOL):  # NaN fails both
-        check_distribution(d, f"p (draft) row {row}")  # raises
+    total = _row_sum_if_valid(d)
+    if total is None:
+        check_distribution(d, f"p (draft) row {row}")  # raises, saying what is wrong
     for i in kids:
         if not d[tokens[i]] > 0.0:
             raise ValueError(f"{function}: node {i}'s token {tokens[i]} has p(x) = 0 in the row p[{row}] it was "

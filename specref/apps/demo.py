@@ -109,21 +109,18 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None,
-             profile: TreeProfile | None = None) -> Result:
+             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Result:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
 
     lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
-    tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier through `profile`
-    (a new TreeProfile for the tree's children if None)."""
+    tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier (`TreeProfile`)."""
     # the n-gram is a trigram fitted on the prompt's own tokens
     draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
                     neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(VERIFIERS[verify])
-    if tree is not None and profile is None:
-        profile = TreeProfile(tree.children)
+    profile = TreeProfile(tree.children) if tree is not None else None
     stats = timed_generation(np.array(prompt_ids), model, draft, tree.size if tree else K,
                              Warp(temperature, None, top_p), max_new_tokens,
                              np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
@@ -301,6 +298,13 @@ def profile_table(calls: int, sums, deeper) -> list[list[float]]:
     return rows
 
 
+def add_sums(sums: list, values) -> None:
+    """sums[r] += values[r] for each rank r, growing sums with zeros to the length of values."""
+    sums += [0.0] * (len(values) - len(sums))
+    for r, v in enumerate(values):
+        sums[r] += v
+
+
 def chances_text(profile) -> str:
     """A profile in a line: the root's chances by rank, then each deeper depth's (one list: the same at every depth)."""
     table = profile if all(np.ndim(row) == 1 for row in profile) else [profile]
@@ -336,9 +340,7 @@ class TreeProfile:
                 self.deeper += [[0, []] for _ in range(depth - len(self.deeper))]
                 self.deeper[depth - 1][0] += 1
                 sums = self.deeper[depth - 1][1]
-            sums += [0.0] * (len(chances) - len(sums))
-            for r, v in enumerate(chances):
-                sums[r] += v
+            add_sums(sums, chances)
             taken = [i for i in kids if tokens[i] == y]
             if depth == len(out) - 1 or not taken:
                 break

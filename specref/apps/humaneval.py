@@ -418,18 +418,18 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
 def tree_profile(records: list[dict]) -> list[list[float]]:
     """The chances by rank at each depth of a tree method's calls, over all its stored problems (`demo.TreeProfile`,
     `demo.profile_table`).  A record stored before the depths were measured adds to the root's only."""
-    calls = sum(r.get("profile_calls", 0) for r in records)
-    sums = [0.0] * max([len(r.get("profile_sums", ())) for r in records] + [0])
-    stored = [r.get("profile_deeper", ()) for r in records]
-    width = max([len(depth_sums) for depths in stored for _, depth_sums in depths] + [0])
-    deeper = [[0, [0.0] * width] for _ in range(max([len(depths) for depths in stored] + [0]))]
-    for r, depths in zip(records, stored):
-        for i, v in enumerate(r.get("profile_sums", ())):
-            sums[i] += v
-        for d, (reached, depth_sums) in enumerate(depths):
+    calls, sums, deeper = 0, [], []
+    for r in records:
+        calls += r.get("profile_calls", 0)
+        demo.add_sums(sums, r.get("profile_sums", ()))
+        for d, (reached, depth_sums) in enumerate(r.get("profile_deeper", ())):
+            if d == len(deeper):
+                deeper.append([0, []])
             deeper[d][0] += reached
-            for i, v in enumerate(depth_sums):
-                deeper[d][1][i] += v
+            demo.add_sums(deeper[d][1], depth_sums)
+    width = max([len(depth_sums) for _, depth_sums in deeper] + [0])
+    for _, depth_sums in deeper:  # every depth's row as wide as the widest (ranks never seen: 0)
+        demo.add_sums(depth_sums, [0.0] * width)
     return demo.profile_table(calls, sums, deeper)
 
 
