@@ -36,7 +36,7 @@ Trees of drafts go through the same loop (`speculative_sampling(..., tree=Tree(.
 5-7 draft a tree instead of a chain, several children at a node (`draft_tree`, with each node's
 children drawn by `draw_children`), line 8 scores the whole tree with one target call
 (`specref.protocol.tree_distributions`, a tree attention mask on the real model), lines 9-14 are
-a tree verifier (`specref.mrs.verify_tree_topk`, `verify_tree_mss` or `verify_tree_rrs`: the one
+a tree verifier (`specref.mrs_tree.verify_tree_topk`, `verify_tree_mss` or `verify_tree_rrs`: the one
 that is exact for the way the children were drawn), and the target's cache then keeps only the
 accepted path (`specref.protocol.keep_path`).  A chain of K drafts is the tree with one child per
 node; without `tree` the loop is Algorithm 2 exactly as printed.  The draft is asked for its row
@@ -57,7 +57,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.protocol import (check_tokens, check_tree, draft_length, keep_path, next_distributions,
                               tree_distributions)
 
@@ -166,7 +166,7 @@ def speculative_sampling(x: np.ndarray, draft_model, target_model, N: int, K: in
 # ---------------------------------------------------------------- trees of drafts
 
 # How a node's children are drawn (`draw_children`), and the tree verifier that is exact for each.
-TREE_VERIFIERS = {"topk": mrs.verify_tree_topk, "iid": mrs.verify_tree_mss, "without_replacement": mrs.verify_tree_rrs}
+TREE_VERIFIERS = {"topk": mrs_tree.verify_tree_topk, "iid": mrs_tree.verify_tree_mss, "without_replacement": mrs_tree.verify_tree_rrs}
 
 
 @dataclass(frozen=True)

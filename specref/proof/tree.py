@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.proof import broken, shipped, stats
 from specref.protocol import next_distributions
 
@@ -570,7 +570,7 @@ def sample_calls(verifier: Callable, children: str, draft_row: Callable, target_
 # ---------------------------------------------------------------- the known bugs
 
 class TreeBug(broken.Bug):
-    """A known way to get tree verification wrong: call it like `mrs.verify_tree_mss` to sample it; `.law(tokens,
+    """A known way to get tree verification wrong: call it like `mrs_tree.verify_tree_mss` to sample it; `.law(tokens,
     parents, p, q)` is its exact law for a fixed tree (over its uniforms)."""
 
     def __call__(self, tokens, parents, p, q, rng):
@@ -659,7 +659,7 @@ def iid_rule_on_ranked_children() -> TreeBug:
     verify_tree_mss itself, handed top-k trees.  Checked as tree-topk."""
     return rule_bug("iid_rule_on_ranked_children", "verifies deterministic top-k children with SpecInfer's i.i.d. "
                     "ratio rule (min(1, q / p), residual max(0, q - p)): exact only for i.i.d. children", MSS,
-                    mrs.verify_tree_mss)
+                    mrs_tree.verify_tree_mss)
 
 
 def rrs_without_zeroing_p() -> TreeBug:
@@ -669,7 +669,7 @@ def rrs_without_zeroing_p() -> TreeBug:
     without replacement.  Checked as tree-rrs."""
     return rule_bug("rrs_without_zeroing_p", "verifies children drawn without replacement with SpecInfer's rule: "
                     "p is not zeroed at a rejected token, so later children are tested against the wrong draft law",
-                    MSS, mrs.verify_tree_mss)
+                    MSS, mrs_tree.verify_tree_mss)
 
 
 def merged_repeated_siblings() -> TreeBug:
@@ -778,13 +778,13 @@ class Algorithm:
 THRESHOLDS = (SGLangThresholds(0.5, 0.5), SGLangThresholds(0.9, 0.9))
 
 ALGORITHMS = {
-    "tree-topk": Algorithm("tree-topk", "topk", mrs.verify_tree_topk, TOPK, (
+    "tree-topk": Algorithm("tree-topk", "topk", mrs_tree.verify_tree_topk, TOPK, (
         stale_draft_probs(), inclusive_zero_coin("topk"), wrong_logits_slice("topk"), bonus_unwarped("topk"),
         *THRESHOLDS, iid_rule_on_ranked_children(), sibling_row("topk"))),
-    "tree-mss": Algorithm("tree-mss", "iid", mrs.verify_tree_mss, MSS, (
+    "tree-mss": Algorithm("tree-mss", "iid", mrs_tree.verify_tree_mss, MSS, (
         inclusive_zero_coin("mss"), wrong_logits_slice("mss"), bonus_unwarped("mss"), sibling_row("mss"),
         merged_repeated_siblings())),
-    "tree-rrs": Algorithm("tree-rrs", "without_replacement", mrs.verify_tree_rrs, RRS, (
+    "tree-rrs": Algorithm("tree-rrs", "without_replacement", mrs_tree.verify_tree_rrs, RRS, (
         inclusive_zero_coin("rrs"), wrong_logits_slice("rrs"), bonus_unwarped("rrs"), sibling_row("rrs"),
         rrs_without_zeroing_p())),
 }

@@ -1,14 +1,14 @@
-"""Portable test vectors for the tree verifiers of specref/mrs.py: `python3 -m specref.proof.tree_vectors`
+"""Portable test vectors for the tree verifiers of specref/mrs_tree.py: `python3 -m specref.proof.tree_vectors`
 rewrites tree_vectors.json.
 
-Each vector is a named case: the inputs of one call of `mrs.verify_tree_topk`, `mrs.verify_tree_mss` or
-`mrs.verify_tree_rrs` (tokens [N], parents [N], p and q [N+1, V]), the uniforms that call draws from its
+Each vector is a named case: the inputs of one call of `mrs_tree.verify_tree_topk`, `mrs_tree.verify_tree_mss` or
+`mrs_tree.verify_tree_rrs` (tokens [N], parents [N], p and q [N+1, V]), the uniforms that call draws from its
 rng in the order it draws them, and the tokens it returns.  Another implementation that draws its
-uniforms in the order specref/mrs.py's module docstring states (its "Randomness of the tree verifiers",
-copied into the JSON as "uniform_order") must return the same tokens.  Chen's letters: p = draft,
+uniforms in the order specref/mrs_tree.py states (its RANDOMNESS, with mrs.SAMPLING, copied into the JSON
+as "uniform_order") must return the same tokens.  Chen's letters: p = draft,
 q = target.
 
-Every expected output is computed twice: by specref.mrs, and by `exact_walk` below, an independent
+Every expected output is computed twice: by specref.mrs_tree, and by `exact_walk` below, an independent
 replay of the documented rule in exact rational arithmetic (fractions.Fraction of the float64 inputs).
 The generator refuses to write a vector on which the two disagree, or whose uniforms lie within MARGIN
 of a decision boundary (an accept ratio strictly between 0 and 1, or a step of an inverse CDF), so float
@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.files import write_text
 from specref.proof.tree import children_of
 from specref.proof import vectors
@@ -39,18 +39,15 @@ MARGIN = 1e-9
 
 
 def uniform_order() -> list[str]:
-    """The "Randomness of the tree verifiers" section of specref/mrs.py's module docstring, then its paragraph on
-    `sample` (from "Randomness."), one line per entry."""
-    doc = mrs.__doc__
-    tree = doc[doc.index("Randomness of the tree verifiers."):doc.index("Numerical choices for trees")]
-    sample = doc[doc.index("sample(d, rng) maps"):doc.index("Numerical choices, made on purpose")]
-    return [line.rstrip() for line in tree.strip().splitlines() + [""] + sample.strip().splitlines()]
+    """specref/mrs_tree.py's documented use of rng (mrs_tree.RANDOMNESS), then how mrs.sample turns a uniform
+    into a token (mrs.SAMPLING), one line per entry."""
+    return [line.rstrip() for line in (mrs_tree.RANDOMNESS.strip() + "\n\n" + mrs.SAMPLING.strip()).splitlines()]
 
 
 # ---------------------------------------------------------------- replaying a vector
 
-def replay(case: dict, module=mrs) -> list[int]:
-    """Run one vector's call on `module` (specref.mrs, a copy, or any object with the function) with its
+def replay(case: dict, module=mrs_tree) -> list[int]:
+    """Run one vector's call on `module` (specref.mrs_tree, a copy, or any object with the function) with its
     listed uniforms; raise if it does not draw exactly those."""
     rng = ListedUniforms(case["uniforms"])
     out = getattr(module, case["function"])(np.array(case["tokens"], dtype=np.int64),
@@ -60,7 +57,7 @@ def replay(case: dict, module=mrs) -> list[int]:
     return [int(y) for y in out]
 
 
-def mismatches(doc: dict, module=mrs, only: str | None = None) -> list[str]:
+def mismatches(doc: dict, module=mrs_tree, only: str | None = None) -> list[str]:
     """One line per vector whose replay on `module` differs from its recorded tokens (or raises); [] if all match."""
     return vectors.mismatches(doc, module, only, replay=replay, expected=lambda case: case["tokens_out"])
 
@@ -260,7 +257,7 @@ def build() -> dict:
         tokens = replay(case)
         exact, trace, margin = exact_case(case)
         if tokens != exact:
-            raise AssertionError(f"{case['name']}: specref.mrs gives {tokens}, the exact replay {exact}")
+            raise AssertionError(f"{case['name']}: specref.mrs_tree gives {tokens}, the exact replay {exact}")
         if margin < MARGIN:
             raise AssertionError(f"{case['name']}: a uniform lies {margin:.3g} < {MARGIN:g} from a decision boundary")
         out.append({**case, "tokens_out": tokens, "trace": trace})
@@ -268,7 +265,7 @@ def build() -> dict:
         "format": FORMAT,
         "version": VERSION,
         "description": [
-            "Test vectors for tree verification (specref/mrs.py: verify_tree_topk, verify_tree_mss, verify_tree_rrs),",
+            "Test vectors for tree verification (specref/mrs_tree.py: verify_tree_topk, verify_tree_mss, verify_tree_rrs),",
             "written by `python3 -m specref.proof.tree_vectors`; Chen's letters: p = draft, q = target.",
             "Each case calls `function` on tokens [N], parents [N] (-1: a child of the root), p and q [N+1, V] (row 0",
             "at the root, row i + 1 after node i) with an rng whose random() returns `uniforms` in order; the call",

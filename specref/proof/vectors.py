@@ -3,7 +3,7 @@
 Each vector is a named case: the inputs of one call of `mrs.verify`, `mrs.verify_block`,
 `mrs.verify_lenient`, `mrs.verify_greedy` or `mrs.mrs`, the uniforms that call draws from its rng in the order it
 draws them, and the tokens it returns.  Another implementation that draws its uniforms in
-the order the module docstring of specref/mrs.py states (copied into the JSON as
+the order specref/mrs.py states (its RANDOMNESS and SAMPLING, copied into the JSON as
 "uniform_order") must return the same tokens.  Chen's letters: p = draft, q = target.
 
 Every expected output is computed twice: by specref.mrs, and by `exact_walk` below, an
@@ -60,10 +60,8 @@ class ListedUniforms:
 
 
 def uniform_order() -> list[str]:
-    """The "Randomness." section of specref/mrs.py's module docstring, one line per entry."""
-    doc = mrs.__doc__
-    section = doc[doc.index("Randomness."):doc.index("Numerical choices")]
-    return [line.rstrip() for line in section.strip().splitlines()]
+    """specref/mrs.py's documented use of rng (mrs.RANDOMNESS, then mrs.SAMPLING), one line per entry."""
+    return [line.rstrip() for line in (mrs.RANDOMNESS.strip() + "\n\n" + mrs.SAMPLING.strip()).splitlines()]
 
 
 # ---------------------------------------------------------------- replaying a vector

@@ -13,7 +13,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specref import mrs, speedup
+from specref import mrs_tree, speedup
 from specref.apps import demo
 from specref.proof import tree as prooftree
 from specref.sampling import Tree
@@ -59,7 +59,7 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
     rows_p, rows_q = np.stack([p] * 4), np.stack([q] * 4)
     for seed in range(3):
         got = profile(tokens, parents, rows_p, rows_q, np.random.default_rng(seed))
-        np.testing.assert_array_equal(got, mrs.verify_tree_rrs(tokens, parents, rows_p, rows_q, np.random.default_rng(seed)))
+        np.testing.assert_array_equal(got, mrs_tree.verify_tree_rrs(tokens, parents, rows_p, rows_q, np.random.default_rng(seed)))
     assert profile.calls == 3
     assert profile.profile[0] == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.children))
 

@@ -15,7 +15,7 @@ import jupytext
 import numpy as np
 import pytest
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.proof import stats, vectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -370,7 +370,7 @@ from specref.proof import tree, tree_vectors  # noqa: E402
 from specref.smollm2 import model as smollm2_model  # noqa: E402  (tree_mask and tree_depths: no weights are loaded)
 
 TREE_DOC = json.loads(tree_vectors.PATH.read_text())
-TREE_RULES = {"topk": mrs.verify_tree_topk, "mss": mrs.verify_tree_mss, "rrs": mrs.verify_tree_rrs}
+TREE_RULES = {"topk": mrs_tree.verify_tree_topk, "mss": mrs_tree.verify_tree_mss, "rrs": mrs_tree.verify_tree_rrs}
 TREE_DRAWN = {"topk": "topk", "mss": "iid", "rrs": "without_replacement"}  # how each rule's children are drawn
 TREE_LAWS = {"topk": tree.TOPK, "iid": tree.MSS, "without_replacement": tree.RRS}  # the exact rule for each drawing
 # Each cell goes on to run its functions on the notebook's own examples; only the functions are tested here.

@@ -45,7 +45,7 @@ def test_generator_refuses_a_wrong_verify(monkeypatch):
 
 def test_vectors_format_and_coverage():
     assert DOC["format"] == vectors.FORMAT and DOC["version"] == vectors.VERSION == 1
-    assert DOC["uniform_order"] == vectors.uniform_order()  # the spec text of mrs.py's docstring
+    assert DOC["uniform_order"] == vectors.uniform_order()  # the spec text of mrs.RANDOMNESS and mrs.SAMPLING
     names = [c["name"] for c in DOC["cases"]]
     assert len(set(names)) == len(names)
     assert {c["function"] for c in DOC["cases"]} == {"verify", "verify_block", "verify_lenient", "verify_greedy", "mrs"}

@@ -6,17 +6,19 @@ Their laws are proven in tests/proof/test_tree_laws.py and their portable vector
 tests/core/test_mrs_tree_vectors.py.  Chen's letters: p = draft, q = target.
 """
 
+import ast
 import inspect
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.proof import stats, tree, tree_vectors
 from specref.proof.vectors import ListedUniforms
 
-VERIFIERS = [mrs.verify_tree_topk, mrs.verify_tree_mss, mrs.verify_tree_rrs]
+VERIFIERS = [mrs_tree.verify_tree_topk, mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs]
 NAMES = [f.__name__ for f in VERIFIERS]
 # A six-node tree: the root's children 0 (token 0) and 1 (token 1); 2, 3 under node 0; 4, 5 under node 1.
 TOKENS, PARENTS = np.array([0, 1, 2, 3, 1, 3]), np.array([-1, -1, 0, 0, 1, 1])
@@ -126,7 +128,7 @@ def test_q_rows_are_checked_when_the_walk_reaches_them(verify):
         assert out[0] == 0 and len(out) >= 2
 
 
-@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+@pytest.mark.parametrize("verify", [mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs], ids=NAMES[1:])
 def test_p_is_checked_where_it_is_read(verify):
     _bad(verify, r"p \(draft\) row 0 does not sum to 1", p=np.vstack([P[:1] * 2, P[1:]]))
     _bad(verify, r"p \(draft\) row 1 does not sum to 1", p=_with_row(SURE_P, 1, P[1] * 2), q=SURE_Q)
@@ -138,17 +140,17 @@ def test_p_is_checked_where_it_is_read(verify):
 
 
 def test_topk_reads_no_p_row():
-    out = mrs.verify_tree_topk(TOKENS, PARENTS, np.full((7, 4), np.nan), Q, np.random.default_rng(0))
+    out = mrs_tree.verify_tree_topk(TOKENS, PARENTS, np.full((7, 4), np.nan), Q, np.random.default_rng(0))
     assert out.ndim == 1
-    _bad(mrs.verify_tree_topk, r"p must have shape", p=np.full((7, 3), np.nan))
+    _bad(mrs_tree.verify_tree_topk, r"p must have shape", p=np.full((7, 3), np.nan))
 
 
 def test_duplicate_siblings_are_refused_where_the_rule_forbids_them():
     dup = [0, 1, 2, 2, 1, 3]  # nodes 2 and 3, both children of node 0, have token 2
-    _bad(mrs.verify_tree_topk, r"nodes 2 and 3 are siblings with the same token 2: verify_tree_topk needs distinct", dup)
-    _bad(mrs.verify_tree_rrs, r"nodes 2 and 3 are siblings with the same token 2: children drawn without replacement",
+    _bad(mrs_tree.verify_tree_topk, r"nodes 2 and 3 are siblings with the same token 2: verify_tree_topk needs distinct", dup)
+    _bad(mrs_tree.verify_tree_rrs, r"nodes 2 and 3 are siblings with the same token 2: children drawn without replacement",
          dup)
-    out = mrs.verify_tree_mss(np.array(dup), PARENTS, P, Q, np.random.default_rng(0))  # i.i.d. draws repeat
+    out = mrs_tree.verify_tree_mss(np.array(dup), PARENTS, P, Q, np.random.default_rng(0))  # i.i.d. draws repeat
     assert out.ndim == 1
     # the same token under different parents is no duplicate
     for verify in VERIFIERS:
@@ -157,15 +159,20 @@ def test_duplicate_siblings_are_refused_where_the_rule_forbids_them():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_public_functions_state_what_they_do_and_require(name):
-    doc = inspect.getdoc(getattr(mrs, name))
+    doc = inspect.getdoc(getattr(mrs_tree, name))
     summary = doc.split("\n\n")[0]
     assert "\n" not in summary and summary.endswith("."), summary  # a one-sentence summary line
     assert "Requires" in doc, doc
 
 
-def test_the_module_docstring_says_why_the_trees_live_in_mrs_py_and_how_they_draw():
-    doc = mrs.__doc__
-    assert "live here, not in a sibling file, because they share `sample`" in doc
+def test_the_tree_companion_imports_only_numpy_and_mrs_and_states_how_it_draws():
+    imported = set()
+    for node in ast.walk(ast.parse(Path(mrs_tree.__file__).read_text())):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+    assert imported == {"__future__", "numpy", "mrs", "."}, imported  # `from . import mrs` inside specref
     order = tree_vectors.uniform_order()
     assert order[0].startswith("Randomness of the tree verifiers.") and any("verify_tree_rrs:" in line for line in order)
 
@@ -195,15 +202,15 @@ def test_a_child_with_q_zero_is_never_accepted_even_at_u_zero(verify):
 def test_topk_boundaries_are_strict():
     q = [0.25, 0.375, 0.25, 0.125]  # children 0 and 1: c_1 against .25, c_2 against .375 / .75 = .5
     kids = dict(tokens=[0, 1], parents=[-1, -1], p=[U4] * 3)
-    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, 0.5, 0.0]) == [2]  # both on: rejected
+    assert _run(mrs_tree.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, 0.5, 0.0]) == [2]  # both on: rejected
     below = np.nextafter(0.25, 0)
-    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[below, 0.0]) == [0, 0]
-    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, np.nextafter(0.5, 0), 0.0]) == [1, 0]
+    assert _run(mrs_tree.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[below, 0.0]) == [0, 0]
+    assert _run(mrs_tree.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.25, np.nextafter(0.5, 0), 0.0]) == [1, 0]
     # the recovered token: q without 0 and 1 is [0, 0, .25, .125] / .375; u = 2/3 sits on the step: the next token
-    assert _run(mrs.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.5, 0.75, 2 / 3]) == [3]
+    assert _run(mrs_tree.verify_tree_topk, **kids, q=[q, LEAF, LEAF], uniforms=[0.5, 0.75, 2 / 3]) == [3]
 
 
-@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+@pytest.mark.parametrize("verify", [mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs], ids=NAMES[1:])
 def test_ratio_boundaries_are_strict(verify):
     p, q = [0.5, 0.25, 0.125, 0.125], [0.25, 0.25, 0.25, 0.25]  # child 0: q/p = .5
     # u = .5 on the boundary: rejected; the residual is [0, 0, .125, .125] / .25, and u = 0 gives its first token
@@ -213,7 +220,7 @@ def test_ratio_boundaries_are_strict(verify):
     assert _run(verify, [0], [-1], [p, U4], [q, LEAF], [0.9, 0.5]) == [3]
 
 
-@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+@pytest.mark.parametrize("verify", [mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs], ids=NAMES[1:])
 def test_p_equals_q_accepts_every_first_child(verify):
     rng = np.random.default_rng(4)
     top = np.nextafter(1.0, 0)  # the largest uniform below 1
@@ -233,8 +240,8 @@ def test_p_equals_q_accepts_every_first_child(verify):
 def test_an_all_zero_residual_gives_a_token_of_the_row_never_nan(verify):
     near = 1 - 1e-6  # q one rounding-sized step under p: inside TOL, and max(0, q - p) is all zero
     p = [0.4, 0.3, 0.2, 0.1]
-    q = [v * near for v in p] if verify is not mrs.verify_tree_topk else [0.5 * near, 0.5 * near, 0, 0]
-    tokens = [1] if verify is not mrs.verify_tree_topk else [0, 1]
+    q = [v * near for v in p] if verify is not mrs_tree.verify_tree_topk else [0.5 * near, 0.5 * near, 0, 0]
+    tokens = [1] if verify is not mrs_tree.verify_tree_topk else [0, 1]
     parents = [-1] * len(tokens)
     for u in [0.0, 0.3, 0.7, np.nextafter(1.0, 0)]:
         out = _run(verify, tokens, parents, [p] + [U4] * len(tokens), [q] + [LEAF] * len(tokens),
@@ -250,7 +257,7 @@ def test_rrs_residual_keeps_its_scale_when_the_draft_mass_left_is_denormal():
     tiny = 5e-324
     p, q = [1.0, tiny, tiny, 0.0], [0.4, 0.0, 0.3, 0.3]
     with np.errstate(all="raise"):
-        out = _run(mrs.verify_tree_rrs, [0, 1], [-1, -1], [p, U4, U4], [q, LEAF, LEAF], [0.9, 0.5, 0.1])
+        out = _run(mrs_tree.verify_tree_rrs, [0, 1], [-1, -1], [p, U4, U4], [q, LEAF, LEAF], [0.9, 0.5, 0.1])
     exact, trace, _ = tree_vectors.exact_walk("verify_tree_rrs", [0, 1], [-1, -1], [p, U4, U4], [q, LEAF, LEAF],
                                               [0.9, 0.5, 0.1])
     assert out == exact == [3], trace
@@ -275,15 +282,15 @@ def _rrs_after_a_dominant_child():
 
 def test_rrs_mass_left_keeps_its_precision_after_a_dominant_child(monkeypatch):
     tokens, parents, p, q, uniforms = _rrs_after_a_dominant_child()
-    out = _run(mrs.verify_tree_rrs, tokens, parents, p, q, uniforms)
+    out = _run(mrs_tree.verify_tree_rrs, tokens, parents, p, q, uniforms)
     exact, trace, _ = tree_vectors.exact_walk("verify_tree_rrs", tokens, parents, p, q, uniforms)
     assert out == exact == [5, 3], trace
     d = np.array(p[0])
     true_left = sum(Fraction(v) for v in d[1:])
-    assert abs(Fraction(mrs._mass_left(d, float(d.sum()), [0])) - true_left) < 1e-12 * true_left
+    assert abs(Fraction(mrs_tree._mass_left(d, float(d.sum()), [0])) - true_left) < 1e-12 * true_left
     # negative control: the mass left as sum(p) - p(x) alone, without the recount, rejects token 5
-    monkeypatch.setattr(mrs, "_mass_left", lambda d, total, rejected: total - sum(d.item(y) for y in rejected))
-    assert _run(mrs.verify_tree_rrs, tokens, parents, p, q, uniforms)[0] != 5
+    monkeypatch.setattr(mrs_tree, "_mass_left", lambda d, total, rejected: total - sum(d.item(y) for y in rejected))
+    assert _run(mrs_tree.verify_tree_rrs, tokens, parents, p, q, uniforms)[0] != 5
 
 
 @pytest.mark.parametrize("verify", VERIFIERS, ids=NAMES)
@@ -304,10 +311,10 @@ def test_large_vocabulary_p_equals_q_no_nan_and_ids_in_range(verify):
 
 @pytest.mark.parametrize("function", tree_vectors.FUNCTIONS)
 def test_float_code_is_the_documented_rule_uniform_for_uniform(function):
-    """Random trees and uniforms: specref.mrs draws as many uniforms as the exact replay of the documented rule
+    """Random trees and uniforms: specref.mrs_tree draws as many uniforms as the exact replay of the documented rule
     (tree_vectors.exact_walk, in fractions) and returns the same tokens, wherever no uniform is within 1e-9 of a
     boundary (the others are counted, not compared)."""
-    verify, rng, close, compared = getattr(mrs, function), np.random.default_rng(6), 0, 0
+    verify, rng, close, compared = getattr(mrs_tree, function), np.random.default_rng(6), 0, 0
     for _ in range(150):
         V, N = int(rng.integers(2, 6)), int(rng.integers(1, 8))
         distinct = function != "verify_tree_mss"
@@ -330,7 +337,7 @@ def test_float_code_is_the_documented_rule_uniform_for_uniform(function):
 
 # ---------------------------------------------------------------- a chain is verify
 
-@pytest.mark.parametrize("verify", [mrs.verify_tree_mss, mrs.verify_tree_rrs], ids=NAMES[1:])
+@pytest.mark.parametrize("verify", [mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs], ids=NAMES[1:])
 def test_a_chain_is_verify_uniform_for_uniform(verify):
     rng = np.random.default_rng(7)
     for _ in range(150):

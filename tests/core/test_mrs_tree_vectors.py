@@ -1,5 +1,5 @@
-"""The tree verifiers of specref/mrs.py as a portable spec: named vectors (specref/proof/tree_vectors.json),
-computed twice, that a lone copy of mrs.py reproduces.
+"""The tree verifiers of specref/mrs_tree.py as a portable spec: named vectors (specref/proof/tree_vectors.json),
+computed twice, that lone copies of mrs.py and mrs_tree.py reproduce.
 
 Every check here has a negative control: a wrong token, a wrong number of uniforms, a uniform on a decision
 boundary, every known bug of specref.proof.tree, and an importable `specref`.
@@ -17,10 +17,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from specref import mrs
+from specref import mrs, mrs_tree
 from specref.proof import tree, tree_vectors, vectors
 
 MRS_PY = Path(mrs.__file__)
+MRS_TREE_PY = Path(mrs_tree.__file__)
 REPO = MRS_PY.parent.parent
 DOC = json.loads(tree_vectors.PATH.read_text())
 FUNCTION = {"tree-topk": "verify_tree_topk", "tree-mss": "verify_tree_mss", "tree-rrs": "verify_tree_rrs"}
@@ -36,14 +37,14 @@ def test_committed_vectors_equal_what_the_generator_writes():
 
 
 def test_generator_refuses_a_wrong_verifier(monkeypatch):
-    monkeypatch.setattr(mrs, "verify_tree_rrs", tree.ALGORITHMS["tree-rrs"].bug["rrs_without_zeroing_p"])
+    monkeypatch.setattr(mrs_tree, "verify_tree_rrs", tree.ALGORITHMS["tree-rrs"].bug["rrs_without_zeroing_p"])
     with pytest.raises(AssertionError, match="exact replay"):
         tree_vectors.build()
 
 
 def test_vectors_format_and_coverage():
     assert DOC["format"] == tree_vectors.FORMAT and DOC["version"] == tree_vectors.VERSION == 1
-    assert DOC["uniform_order"] == tree_vectors.uniform_order()  # the spec text of mrs.py's docstring
+    assert DOC["uniform_order"] == tree_vectors.uniform_order()  # the spec text of mrs_tree.RANDOMNESS and mrs.SAMPLING
     names = [c["name"] for c in DOC["cases"]]
     assert len(set(names)) == len(names)
     assert {c["function"] for c in DOC["cases"]} == set(tree_vectors.FUNCTIONS)
@@ -118,8 +119,8 @@ assert all("site-packages" not in p for p in stdlib), stdlib
 sys.path[:] = [here] + stdlib + [numpy_site] + sys.argv[4:]
 assert importlib.util.find_spec("specref") is None, "specref is importable: the check would not test the copy alone"
 import numpy as np
-import mrs
-assert mrs.__file__.startswith(here), mrs.__file__
+import mrs_tree
+assert mrs_tree.__file__.startswith(here) and mrs_tree.mrs.__file__.startswith(here), mrs_tree.mrs.__file__
 
 
 class ListedUniforms:
@@ -138,7 +139,7 @@ bad = []
 for case in doc["cases"]:
     rng = ListedUniforms(case["uniforms"])
     try:
-        got = [int(y) for y in getattr(mrs, case["function"])(np.array(case["tokens"]), np.array(case["parents"]),
+        got = [int(y) for y in getattr(mrs_tree, case["function"])(np.array(case["tokens"]), np.array(case["parents"]),
                                                              np.array(case["p"]), np.array(case["q"]), rng)]
         if rng.used != len(rng.uniforms):
             got = f"drew {rng.used} of {len(rng.uniforms)} uniforms"
@@ -154,18 +155,19 @@ sys.exit(1 if bad else 0)
 def _run_copy(tmp_path: Path, vectors_json: Path, *extra_path: str) -> subprocess.CompletedProcess:
     lone = tmp_path / "lone"
     lone.mkdir()
-    shutil.copy(MRS_PY, lone / "mrs.py")
+    shutil.copy(MRS_PY, lone / "mrs.py")  # exactly the two files a user copies for trees
+    shutil.copy(MRS_TREE_PY, lone / "mrs_tree.py")
     numpy_site = str(Path(np.__file__).parent.parent)
     result = subprocess.run([sys.executable, "-I", "-S", "-B", "-c", CHECK_COPY, str(lone), numpy_site,
                              str(vectors_json), *extra_path],
                             cwd=lone, capture_output=True, text=True, timeout=120,
                             env={"OPENBLAS_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "")})
-    assert os.listdir(lone) == ["mrs.py"]  # -B: the run left nothing behind
+    assert sorted(os.listdir(lone)) == ["mrs.py", "mrs_tree.py"]  # -B: the run left nothing behind
     print(result.stdout, result.stderr)
     return result
 
 
-def test_a_lone_copy_of_mrs_py_reproduces_every_tree_vector(tmp_path):
+def test_lone_copies_of_mrs_py_and_mrs_tree_py_reproduce_every_tree_vector(tmp_path):
     result = _run_copy(tmp_path, tree_vectors.PATH)
     assert result.returncode == 0 and f"all {len(DOC['cases'])} vectors match" in result.stdout
 

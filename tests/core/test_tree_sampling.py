@@ -18,7 +18,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specref import drafts, mrs, sampling, speedup
+from specref import drafts, mrs_tree, sampling, speedup
 from specref.proof import stats
 from specref.proof import tree as prooftree
 from specref.runstats import RunStats
@@ -66,8 +66,8 @@ def test_trees_of_candidates_have_the_target_law(draft):
 
 @pytest.mark.default_cases("without_replacement-3+1-verify_tree_mss")
 @pytest.mark.parametrize("children,shape,wrong", [
-    ("topk", "2x1", mrs.verify_tree_mss),                  # ranked children, the i.i.d. ratio rule
-    ("without_replacement", "3+1", mrs.verify_tree_mss),   # drawn without replacement, p not zeroed
+    ("topk", "2x1", mrs_tree.verify_tree_mss),                  # ranked children, the i.i.d. ratio rule
+    ("without_replacement", "3+1", mrs_tree.verify_tree_mss),   # drawn without replacement, p not zeroed
 ])
 def test_the_sequence_test_rejects_a_tree_verified_by_the_wrong_rule(children, shape, wrong):
     counts = sequences(Tree.parse(shape, children), seed=320, verify_tree=wrong)
@@ -76,7 +76,7 @@ def test_the_sequence_test_rejects_a_tree_verified_by_the_wrong_rule(children, s
     assert pvalue < stats.LEVEL
 
 
-@pytest.mark.parametrize("children,verify_tree", [("iid", mrs.verify_tree_mss), ("without_replacement", mrs.verify_tree_rrs)])
+@pytest.mark.parametrize("children,verify_tree", [("iid", mrs_tree.verify_tree_mss), ("without_replacement", mrs_tree.verify_tree_rrs)])
 @pytest.mark.parametrize("K", [1, 3])
 def test_a_chain_through_the_tree_loop_is_algorithm_2_token_for_token(K, children, verify_tree):
     for seed in range(30):
@@ -113,8 +113,8 @@ def test_tree_names_and_shapes():
     assert Tree.parse("3+1").parents == (-1, -1, -1, 0) and Tree.parse("2 + 1 + 1").parents == (-1, -1, 0, 2)
     assert Tree.parse("1x1x1x1").parents == Tree.parse("1+1+1+1").parents == Tree.chain(4).parents == (-1, 0, 1, 2)
     t = Tree.parse("4x3", "iid")
-    assert (t.size, t.depth, t.rows, t.name, t.verifier) == (16, 2, 5, "4x3", mrs.verify_tree_mss)
-    assert Tree.parse("3+1").with_children("without_replacement").verifier is mrs.verify_tree_rrs
+    assert (t.size, t.depth, t.rows, t.name, t.verifier) == (16, 2, 5, "4x3", mrs_tree.verify_tree_mss)
+    assert Tree.parse("3+1").with_children("without_replacement").verifier is mrs_tree.verify_tree_rrs
     for bad in ["", "2x0", "2*2", "x2", "3+-1", "two"]:
         with pytest.raises(ValueError, match="a tree is written like"):
             Tree.parse(bad)

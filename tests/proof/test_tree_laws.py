@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specref import mrs
+from specref import mrs_tree
 from specref.proof import power, stats, tree
 from specref.proof.vectors import ListedUniforms
 
@@ -358,8 +358,8 @@ def test_whole_sequences_reject_each_known_bug(algorithm, name):
 
 
 def test_mrs_verifiers_are_the_registry_references():
-    assert tree.ALGORITHMS["tree-topk"].verifier is mrs.verify_tree_topk
-    assert tree.ALGORITHMS["tree-mss"].verifier is mrs.verify_tree_mss
-    assert tree.ALGORITHMS["tree-rrs"].verifier is mrs.verify_tree_rrs
+    assert tree.ALGORITHMS["tree-topk"].verifier is mrs_tree.verify_tree_topk
+    assert tree.ALGORITHMS["tree-mss"].verifier is mrs_tree.verify_tree_mss
+    assert tree.ALGORITHMS["tree-rrs"].verifier is mrs_tree.verify_tree_rrs
     for alg in tree.ALGORITHMS.values():
         assert len({b.name for b in alg.bugs}) == len(alg.bugs) and all(b.about for b in alg.bugs)
