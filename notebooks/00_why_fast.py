@@ -32,7 +32,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref.notebooks.quick import quick_mode
+from specref.lessons.quick import quick_mode
 from specref.proof import stats
 from specref.smollm2 import load_smollm2
 

@@ -43,8 +43,8 @@ import numpy as np
 
 from specref.proof import broken, stats
 from specref import mrs, sampling
-from specref.notebooks import plots
-from specref.notebooks.quick import quick_mode
+from specref.lessons import plots
+from specref.lessons.quick import quick_mode
 
 QUICK = quick_mode()  # SPECREF_QUICK=1 shrinks the simulations (CI); unset for the full sizes
 print("quick mode" if QUICK else "full sizes")
@@ -219,7 +219,7 @@ plt.show()
 # token; notebook 00 holds a correct version, and `solutions/verify.py` another.
 
 # %%
-from specref.notebooks import exercises
+from specref.lessons import exercises
 
 
 def my_verify(x_draft, p, q, rng):  # your code here; this attempt has no bonus token

@@ -30,9 +30,9 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref import mrs, warps
-from specref.notebooks import plots
+from specref.lessons import plots
 from specref.proof import stats
-from specref.notebooks.quick import quick_mode
+from specref.lessons.quick import quick_mode
 
 QUICK = quick_mode()
 print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
@@ -188,7 +188,7 @@ for x_draft in ([1, 0], [1, 2], [3, 0]):
 # case 1: `t1` would come out too often). Fix it and run the cell again. A solution is in `solutions/residual.py`.
 
 # %%
-from specref.notebooks import exercises
+from specref.lessons import exercises
 
 
 def my_residual(p, q):  # your code here; this attempt resamples from q
@@ -207,7 +207,7 @@ exercises.check_residual(solution)
 #
 # Each row is a way speculative sampling has been got wrong in public code, run through the same chi-square against
 # the target's exact law that the correct code passes. Every one fails, and the diagnosis printed is the checker's
-# (`specref.notebooks.exercises.show_mistakes`; the code of each is in `specref/notebooks/exercises.py`).
+# (`specref.lessons.exercises.show_mistakes`; the code of each is in `specref/lessons/exercises/gallery.py`).
 
 # %%
 exercises.show_mistakes()

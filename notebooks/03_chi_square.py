@@ -45,9 +45,9 @@ import numpy as np
 from scipy import stats as sps
 
 from specref import mrs, sampling
-from specref.notebooks import plots
-from specref.notebooks.progress import Progress
-from specref.notebooks.quick import quick_mode
+from specref.lessons import plots
+from specref.lessons.progress import Progress
+from specref.lessons.quick import quick_mode
 from specref.proof import broken, pipeline, power, shipped, stats
 
 QUICK = quick_mode()

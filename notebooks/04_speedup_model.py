@@ -47,10 +47,10 @@ import numpy as np
 import matplotlib.pyplot as plt
 from IPython.display import display
 
-from specref.notebooks import widgets
+from specref.lessons import widgets
 from specref import speedup
-from specref.notebooks import plots
-from specref.notebooks.quick import quick_mode
+from specref.lessons import plots
+from specref.lessons.quick import quick_mode
 
 QUICK = quick_mode()
 print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
@@ -63,7 +63,7 @@ print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the 
 # and `score_slope` move it. $\hat c$ counts arithmetic, not time, so it moves only the right plot, Thm 3.11's
 # operations factor, and the line "arithmetic operations factor" in the text below them. Both y axes stay fixed
 # while the curves fit in them, so what a slider changes is the curve moving, not the axis.
-# The callbacks are `specref.notebooks.widgets.speedup_panel`, `plot_speedup` and `plot_operations` (tests call them
+# The callbacks are `specref.lessons.widgets.speedup_panel`, `plot_speedup` and `plot_operations` (tests call them
 # directly). The sliders need a live kernel; the next cell prints the same numbers for fixed settings.
 
 # %%
@@ -194,7 +194,7 @@ plt.show()
 # common wrong one, so its verdict shows what a failure looks like. A solution is in `solutions/expected_tokens.py`.
 
 # %%
-from specref.notebooks import exercises
+from specref.lessons import exercises
 
 
 def expected_tokens(alpha, gamma):  # your code here; this attempt forgets the token every call adds

@@ -53,9 +53,9 @@ from IPython.display import HTML, display
 from specref import speedup
 from specref.apps import demo, figures
 from specref.apps.costs import measure_costs
-from specref.notebooks import plots, widgets
-from specref.notebooks.progress import Progress
-from specref.notebooks.quick import quick_mode
+from specref.lessons import plots, widgets
+from specref.lessons.progress import Progress
+from specref.lessons.quick import quick_mode
 from specref.smollm2 import load_smollm2
 from specref.smollm2.weights import gguf_path
 

@@ -48,11 +48,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref import mrs, speedup
-from specref.notebooks import plots
+from specref.lessons import plots
 from specref.apps import demo
 from specref.apps import train_draft as td
-from specref.notebooks.progress import Progress
-from specref.notebooks.quick import quick_mode
+from specref.lessons.progress import Progress
+from specref.lessons.quick import quick_mode
 from specref.smollm2 import draft as nd
 from specref.smollm2 import load_smollm2
 

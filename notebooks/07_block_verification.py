@@ -40,8 +40,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref import mrs, sampling
-from specref.notebooks import exercises
-from specref.notebooks.quick import quick_mode
+from specref.lessons import exercises
+from specref.lessons.quick import quick_mode
 from specref.proof import broken, lossy, power, stats
 from specref.runstats import RunStats
 

@@ -39,7 +39,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from specref import mrs
-from specref.notebooks.quick import quick_mode
+from specref.lessons.quick import quick_mode
 from specref.proof import power, stats, tree
 from specref.proof.vectors import ListedUniforms
 

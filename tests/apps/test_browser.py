@@ -26,7 +26,7 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from specref.notebooks import widgets
+from specref.lessons import widgets
 from tests.apps import jupyterlab_browser as lab_browser
 
 NOTEBOOKS = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",

@@ -1,4 +1,4 @@
-"""The exercises' graders (specref.notebooks.exercises): every answer in notebooks/solutions/ passes, known wrong
+"""The exercises' graders (specref.lessons.exercises): every answer in notebooks/solutions/ passes, known wrong
 answers fail with their diagnosis, broken functions fail cleanly, and the gallery of shipped mistakes fails where
 the correct pipeline passes.
 
@@ -21,7 +21,7 @@ from nbclient import NotebookClient
 
 from specref import mrs
 from specref.proof import broken, power, stats
-from specref.notebooks import exercises
+from specref.lessons import exercises
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
@@ -276,7 +276,7 @@ def test_a_function_that_changes_its_inputs_fails():
 
 
 def test_an_endless_loop_fails_within_its_time_limit(monkeypatch):
-    monkeypatch.setattr(exercises, "CALL_LIMIT", 0.5)
+    monkeypatch.setattr(exercises.grading, "CALL_LIMIT", 0.5)  # the limit _grade reads
 
     def loops(x_draft, p, q, rng):
         while True:
@@ -346,7 +346,7 @@ def test_each_mistake_in_one_call_fails_check_verify(m):
 def test_a_cell_ending_with_a_check_shows_its_verdict_once():
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(c) for c in (
-        "from specref.notebooks import exercises\n"
+        "from specref.lessons import exercises\n"
         "def expected_tokens(alpha, gamma):\n"
         "    return gamma + 1.0 if alpha == 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)",
         "exercises.check_expected_tokens(expected_tokens)",
@@ -366,9 +366,9 @@ def test_a_cell_ending_with_a_check_shows_its_verdict_once():
 
 
 def test_the_module_imports_no_model_code():
-    code = ("import sys, specref.notebooks.exercises; "
+    code = ("import sys, specref.lessons.exercises; "
             "print(' '.join(sorted(m for m in sys.modules if m.split('.')[0] == 'gguf' "
             "or m.startswith(('specref.smollm2', 'specref.apps')))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-    assert out.strip() == "", f"importing specref.notebooks.exercises imported {out.split()}"
+    assert out.strip() == "", f"importing specref.lessons.exercises imported {out.split()}"

@@ -1,6 +1,6 @@
 """Every notebook is a pair: notebooks/NN_name.py (jupytext percent format; the source that is
 edited and reviewed) and notebooks/NN_name.ipynb (what JupyterLab opens; committed with its outputs,
-executed top to bottom on a fresh kernel by `python3 -m specref.notebooks.execute`).
+executed top to bottom on a fresh kernel by `python3 -m specref.lessons.execute`).
 
 After editing a .py, regenerate its .ipynb from it (cell ids and metadata kept):
 
@@ -8,7 +8,7 @@ After editing a .py, regenerate its .ipynb from it (cell ids and metadata kept):
 
 or  jupytext --sync notebooks/*.py , which takes each pair's inputs from whichever file is newer:
 fine right after editing the .py, but if the .ipynb is newer (a checkout or pull wrote it later),
---sync overwrites the .py edit with the .ipynb.  Then re-execute:  python3 -m specref.notebooks.execute
+--sync overwrites the .py edit with the .ipynb.  Then re-execute:  python3 -m specref.lessons.execute
 Pairing is set in notebooks/jupytext.toml, so Jupyter (with jupytext installed) saves both files.
 """
 
@@ -23,7 +23,7 @@ import pytest
 from jupytext.config import load_jupytext_config
 from jupytext.paired_paths import paired_paths
 
-from specref.notebooks import execute
+from specref.lessons import execute
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS_DIR = ROOT / "notebooks"
@@ -86,7 +86,7 @@ def pair_differences(py_path: Path, ipynb_path: Path) -> list[str]:
 
 def output_problems(ipynb_path: Path) -> list[str]:
     """How a committed .ipynb fails to be a top-to-bottom run on a fresh kernel, saved as
-    specref.notebooks.execute saves it; [] when it is one.
+    specref.lessons.execute saves it; [] when it is one.
 
     Every code cell ran, in order (execution counts 1, 2, 3, ...), none left an error, no widget
     view or widget state is saved (GitHub could not draw it), and the first code cell says
@@ -145,7 +145,7 @@ def test_pair_in_sync(py_path, ipynb_path):
 @pytest.mark.parametrize("py_path, ipynb_path", PAIRS, ids=PAIR_IDS)
 def test_committed_executed_top_to_bottom(py_path, ipynb_path):
     problems = output_problems(ipynb_path)
-    assert not problems, "\n".join(problems + [f"run it: python3 -m specref.notebooks.execute {py_path.stem}"])
+    assert not problems, "\n".join(problems + [f"run it: python3 -m specref.lessons.execute {py_path.stem}"])
 
 
 @pytest.mark.parametrize("py_path, ipynb_path", PAIRS, ids=PAIR_IDS)

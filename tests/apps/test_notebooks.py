@@ -1,9 +1,9 @@
-"""Every notebook runs headless, and specref.notebooks.quick, the switch they read (SPECREF_QUICK=1: small sizes).
+"""Every notebook runs headless, and specref.lessons.quick, the switch they read (SPECREF_QUICK=1: small sizes).
 
 Each notebook is executed once here, top to bottom on a fresh kernel, with nbclient (no browser):
 SPECREF_QUICK=1 in the kernel's environment, a time limit per cell, and a failure on any error,
 timeout or dead kernel, naming the notebook and the cell.  Then its deterministic outputs (printed
-text, machine-dependent cells left out: specref.notebooks.execute) are compared with the outputs
+text, machine-dependent cells left out: specref.lessons.execute) are compared with the outputs
 committed in the .ipynb, and a difference fails: the saved outputs are stale.  The notebooks that
 need no model take 6 to 30 s each on a 2-core machine (docs/notebooks.md has each one's time): by
 default only 02 is re-executed, to keep the default run short, and `python3 -m pytest --slow` (CI)
@@ -11,7 +11,7 @@ re-executes all of them; 00, 05 and 06 load SmolLM2-135M and take a minute or mo
 
 tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
 the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
-notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.notebooks.plots`,
+notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.lessons.plots`,
 which must not import the model's code: checked here in a fresh interpreter.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from specref.notebooks import execute
-from specref.notebooks.quick import quick_mode
+from specref.lessons import execute
+from specref.lessons.quick import quick_mode
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.py"))
@@ -53,7 +53,7 @@ CELL_TIMEOUT = {name: 120 for name in QUICK_NOTEBOOKS} | {name: 600 for name in 
 
 def execute_notebook(path: Path, cell_timeout: float) -> list[str]:
     """Run `path` top to bottom on a fresh python3 kernel with SPECREF_QUICK=1, from its directory:
-    one line per problem, each naming the notebook and the cell (specref.notebooks.execute)."""
+    one line per problem, each naming the notebook and the cell (specref.lessons.execute)."""
     return execute.execute(path, cell_timeout)[1]
 
 
@@ -67,7 +67,7 @@ def _run(name: str) -> None:
     print(f"{name}.ipynb ran headless in {time.perf_counter() - start:.1f} s")
     stale = execute.stale_outputs(nbformat.read(path, as_version=4), execute.tidy(fresh), path.name)
     if stale:
-        pytest.fail("\n".join(stale + ["the saved outputs are stale: python3 -m specref.notebooks.execute " + name]),
+        pytest.fail("\n".join(stale + ["the saved outputs are stale: python3 -m specref.lessons.execute " + name]),
                     pytrace=False)
 
 
@@ -129,7 +129,7 @@ def test_figures_and_progress_lines_are_not_compared():
     assert execute.deterministic_outputs(nb) == [(0, "counts 3 4\n")]
 
 
-# ---------------------------------------------------------------- specref.notebooks.plots, the notebooks' plots
+# ---------------------------------------------------------------- specref.lessons.plots, the notebooks' plots
 
 def imported_by(module: str) -> set[str]:
     """The gguf, specref and matplotlib modules in sys.modules after importing `module` in a fresh interpreter."""
@@ -141,10 +141,10 @@ def imported_by(module: str) -> set[str]:
 
 
 def test_plots_module_does_not_import_the_model():
-    loaded = imported_by("specref.notebooks.plots")
-    assert "specref.notebooks.plots" in loaded
+    loaded = imported_by("specref.lessons.plots")
+    assert "specref.lessons.plots" in loaded
     model_code = sorted(m for m in loaded if m == "gguf" or m.startswith(("gguf.", "specref.smollm2", "specref.apps")))
-    assert not model_code, f"importing specref.notebooks.plots imported {model_code}"
+    assert not model_code, f"importing specref.lessons.plots imported {model_code}"
 
 
 @pytest.mark.default_cases("02_toy_mrs", "08_trees")
@@ -162,7 +162,7 @@ def test_quick_notebooks_load_no_model_code(name):
     assert not loaded, f"{name}'s imports load the model's code: {sorted(loaded)}"
 
 
-# ---------------------------------------------------------------- specref.notebooks.quick, the notebooks' switch
+# ---------------------------------------------------------------- specref.lessons.quick, the notebooks' switch
 
 @pytest.mark.parametrize("value, expected", [
     (None, False), ("", False), ("0", False), ("false", False), ("No", False), (" off ", False),
@@ -186,8 +186,8 @@ def test_quick_mode_reads_the_environment(monkeypatch):
 
 
 def test_quick_module_imports_nothing_heavy():
-    code = ("import sys, specref.notebooks.quick; "
+    code = ("import sys, specref.lessons.quick; "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'scipy', 'matplotlib', 'specref')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
-    assert out.strip() == "['specref', 'specref.notebooks', 'specref.notebooks.quick']"
+    assert out.strip() == "['specref', 'specref.lessons', 'specref.lessons.quick']"

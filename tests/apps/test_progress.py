@@ -4,7 +4,7 @@ import pytest
 
 from specref import speedup
 from specref.apps import figures
-from specref.notebooks.progress import Progress
+from specref.lessons.progress import Progress
 
 
 def test_progress_line_counts_and_estimates(capsys):

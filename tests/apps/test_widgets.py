@@ -8,7 +8,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
-from specref.notebooks import widgets  # noqa: E402
+from specref.lessons import widgets  # noqa: E402
 
 
 def test_panel_matches_leviathan_table1():

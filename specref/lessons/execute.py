@@ -1,8 +1,8 @@
 """Execute the notebooks top to bottom on a fresh kernel and keep their outputs; tell when saved outputs are stale.
 
-    python -m specref.notebooks.execute                    # every notebook in notebooks/, quick mode
-    python -m specref.notebooks.execute 00_why_fast 02     # the notebooks whose names start so
-    python -m specref.notebooks.execute --check            # run, compare with the saved outputs, write nothing
+    python -m specref.lessons.execute                      # every notebook in notebooks/, quick mode
+    python -m specref.lessons.execute 00_why_fast 02       # the notebooks whose names start so
+    python -m specref.lessons.execute --check              # run, compare with the saved outputs, write nothing
 
 The notebooks are committed with their outputs so that a reader on GitHub sees every table and
 figure without running anything.  They are executed in quick mode (SPECREF_QUICK=1: the small
@@ -172,7 +172,7 @@ def _chosen(prefixes: list[str]) -> list[Path]:
 
 def main(argv=None) -> int:
     import nbformat
-    parser = argparse.ArgumentParser(prog="python -m specref.notebooks.execute", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m specref.lessons.execute", description=__doc__.split("\n")[0])
     parser.add_argument("names", nargs="*", help="notebooks whose names start with these (default: all)")
     parser.add_argument("--check", action="store_true", help="compare a fresh run with the saved outputs; write nothing")
     parser.add_argument("--timeout", type=float, default=900, help="seconds per cell (default 900)")

@@ -1,0 +1,44 @@
+"""Exercises graded by the suite's own proofs: vectors, exact laws and a chi-square, pointed at a learner's function.
+
+    from specref.lessons import exercises
+    exercises.check_verify(my_verify)      # a cell ending here shows one line: "pass: ..." or "FAIL: ...: ..."
+
+Letters are Chen's: p is the DRAFT distribution, q the TARGET, K the drafts per call (Leviathan's gamma in
+`check_expected_tokens`, whose formula is his).  The answers live apart, in notebooks/solutions/.
+
+    check_verify(f)           f(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens [n]: Chen's Alg. 2, lines 9-14
+    check_residual(f)         f(p [V], q [V]) -> [V]: norm(max(0, q - p)), and q itself when that is all zero
+    check_expected_tokens(f)  f(alpha, gamma) -> float: Leviathan's Eq. 1, gamma + 1 at alpha = 1
+    check_block_weights(f)    f(x_draft [K], p [K, V], q [K+1, V]) -> w [K+1]: block verification's weights
+
+Each prints one verdict line, "pass: <what was checked>" or "FAIL: <check>: <diagnosis>", and returns a `Result`:
+true when it passed, with `.passed` and `.diagnosis`; its repr is the verdict line, and a notebook cell that ends
+with the call shows the line once.  The first failing check is the verdict, and its diagnosis names the known
+mistake the failure matches when it matches one.  A function that raises, loops, changes its inputs, returns the
+wrong shape or dtype, NaN or an id outside the vocabulary fails with a message saying so; the grader does not
+crash.  Warnings and whatever the function prints are held back while it is graded.  Each call may take
+CALL_LIMIT seconds and a whole check TIME_LIMIT; with a NumPy answer a check takes 0.1 to 3 s (`.seconds`; the
+line itself holds no timing, so that a notebook's saved output does not change from run to run).
+
+Each check's module lists its checks in its docstring.  `check_verify` grades tokens drawn with uniforms the
+grader chooses; the other three exercises answer with numbers, which are compared with exact fractions (to TOL)
+before anything statistical runs.  With a fixed seed a statistical check's verdict on a given answer never
+changes, on any machine: a correct residual or Eq. 1 gets the solutions' p-values, and so does a verify that
+draws its uniforms as they do.
+
+    grading.py          the verdict (`Result`), the time limits, the seed, and what the checks share
+    uniforms.py         the uniforms the grader chooses, and the exact law of a function over them
+    verify.py           check_verify and the known mistakes of a verifier
+    residual.py         check_residual
+    expected_tokens.py  check_expected_tokens
+    block_weights.py    check_block_weights
+    gallery.py          MISTAKES, the mistakes that shipped, and show_mistakes, their chi-square table
+
+The package imports no model code (notebooks 01-04 load none).
+"""
+
+from .block_weights import BLOCK_MISTAKES, check_block_weights
+from .expected_tokens import EXPECTED_MISTAKES, check_expected_tokens
+from .gallery import CORRECT, MISTAKES, N_GALLERY, pipeline_law, plain_law, show_mistakes
+from .residual import RESIDUAL_MISTAKES, check_residual
+from .verify import VERIFY_MISTAKES, argmax_draws, check_verify, letters_swapped

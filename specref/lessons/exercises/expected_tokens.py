@@ -1,0 +1,134 @@
+"""check_expected_tokens: Leviathan's Eq. 1, the expected tokens per call, and its known mistakes.
+
+`check_expected_tokens` checks Eq. 1 (`specref.speedup.expected_tokens`, here in fractions) on 36 (alpha, gamma)
+and at alpha = 1 for 6 gammas, then the exact mean length of `mrs.verify`'s output on rows whose acceptance rate
+is alpha (`stats.verify_law`, 6 cases), then its simulated mean over N_SIMULATED calls (alpha = 0.75,
+gamma = 4, seed SEED): a two-sided z-test at stats.LEVEL = 1e-3.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from fractions import Fraction
+from typing import Callable
+
+import numpy as np
+
+from specref import mrs
+from specref.proof import stats
+from specref.proof.verdict import Limits
+
+from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade
+
+
+# Calls of mrs.verify in check_expected_tokens' simulation (once a session: its result is kept).
+N_SIMULATED = 4_000
+
+
+# The grid Eq. 1 is checked on (alpha = 1 apart), the telling cases first: a failure shows the first it meets.
+EXPECTED_ALPHAS = (0.5, 0.8, 0.9, 0.99, 0.1, 0.0)
+EXPECTED_GAMMAS = (1, 2, 3, 5, 8, 0)
+# The learner-facing diagnosis of each known mistake of Eq. 1, and the mistake itself (for alpha < 1).
+EXPECTED_MISTAKES = [
+    ("alpha**gamma where Eq. 1 has alpha**(gamma + 1): the call's extra token (the residual or bonus token) is "
+     "left out", lambda a, g: (1 - a ** g) / (1 - a)),
+    ("counts the accepted drafts only: every call also yields one token of its own (Eq. 1 = 1 + alpha + ... + "
+     "alpha**gamma)", lambda a, g: a * (1 - a ** g) / (1 - a)),
+    ("1 / (1 - alpha) is the gamma -> infinity limit: a call scores only gamma drafts",
+     lambda a, g: 1 / (1 - a)),
+    ("1 + gamma alpha: the i-th draft counts only if all before it were accepted, so it adds alpha**i, not alpha",
+     lambda a, g: 1 + g * a),
+]
+
+
+def _eq1_exact(alpha: Fraction, gamma: int) -> Fraction:
+    return sum(alpha ** i for i in range(gamma + 1))
+
+
+def _rows_with_acceptance(alpha: Fraction, K: int) -> tuple[np.ndarray, np.ndarray]:  # p [K, 3], q [K+1, 3]: alpha at each t
+    p = [F(1, 2), F(1, 2), 0]
+    q = [alpha - F(1, 2), F(1, 2), 1 - alpha] if alpha >= F(1, 2) else [0, alpha, 1 - alpha]
+    return np.array([p] * K, dtype=np.float64), np.array([q] * (K + 1), dtype=np.float64)
+
+
+def _number(f, limits: Limits, check: str, alpha, gamma) -> float:  # f(alpha, gamma) as a float, or _Fail
+    where = f"alpha = {alpha}, gamma = {gamma}"
+    out = _call(limits, check, f, alpha, gamma, where=where)
+    try:
+        v = np.asarray(out, dtype=np.float64)
+    except Exception:  # noqa: BLE001
+        raise _Fail(check, f"returned {out!r} for {where}: expected one number") from None
+    if v.size != 1:
+        raise _Fail(check, f"returned an array of shape {v.shape} for {where}: expected one number")
+    if not np.isfinite(v.item()):
+        raise _Fail(check, f"returned {v.item()} for {where}")
+    return float(v.item())
+
+
+def _eq1_gap(f, alpha, gamma, got, want) -> str:  # what is wrong, with the known mistake it matches
+    where = f"alpha = {alpha}, gamma = {gamma}: got {_fmt(got)}, Eq. 1 gives {_fmt(want)}"
+    for label, wrong in EXPECTED_MISTAKES:
+        if all(math.isclose(_safe(f, a, g), wrong(a, g), rel_tol=TOL, abs_tol=1e-12)
+               for a in EXPECTED_ALPHAS for g in EXPECTED_GAMMAS):
+            return f"{label} ({where})"
+    return where
+
+
+def check_expected_tokens(f: Callable) -> Result:
+    """Grade f(alpha, gamma) -> float as Leviathan's Eq. 1, gamma + 1 at alpha = 1 (module docstring: the checks)."""
+    def run(limits: Limits) -> str:
+        check = "Eq. 1"
+        for alpha in EXPECTED_ALPHAS:
+            for gamma in EXPECTED_GAMMAS:
+                got, want = _number(f, limits, check, alpha, gamma), float(_eq1_exact(F(alpha), gamma))
+                if not math.isclose(got, want, rel_tol=TOL, abs_tol=1e-12):
+                    raise _Fail(check, _eq1_gap(functools.partial(limits.call, f), alpha, gamma, got, want))
+        check = "alpha = 1"
+        for gamma in EXPECTED_GAMMAS:
+            try:
+                got = _number(f, limits, check, 1.0, gamma)
+            except _Fail as e:
+                raise _Fail(check, f"{e.diagnosis}; at alpha = 1 the formula is 0 / 0: give it its limit gamma + 1 "
+                                   "in a branch of its own") from None
+            if not math.isclose(got, gamma + 1, rel_tol=TOL):
+                raise _Fail(check, f"alpha = 1, gamma = {gamma}: got {_fmt(got)}; at alpha = 1 every draft is "
+                                   f"accepted, so a call yields gamma + 1 = {gamma + 1} tokens")
+        check = "the mean length of mrs.verify's output"
+        for alpha in (F(3, 4), F(1, 2)):
+            for K in (1, 2, 3):
+                p, q = _rows_with_acceptance(alpha, K)
+                mean = stats.expected_tokens(stats.verify_law(p, q))
+                got = _number(f, limits, check, float(alpha), K)
+                if not math.isclose(got, mean, rel_tol=TOL):
+                    raise _Fail(check, f"{_eq1_gap(functools.partial(limits.call, f), float(alpha), K, got, mean)}; "
+                                       "that is mrs.verify's exact mean "
+                                       f"output length for K = {K} on rows whose acceptance rate is {float(alpha)}")
+        check = f"simulation ({N_SIMULATED} calls of mrs.verify, alpha = 0.75, gamma = 4, seed {SEED})"
+        mean, se = _simulated_tokens()
+        got = _number(f, limits, check, 0.75, 4)
+        pvalue = math.erfc(abs(mean - got) / se / math.sqrt(2))  # two-sided, the normal approximation
+        if pvalue <= stats.LEVEL:
+            raise _Fail(check, f"mrs.verify made {mean:.4f} +- {se:.4f} tokens a call, the answer says {_fmt(got)} "
+                               f"(z-test p = {pvalue:.2g})")
+        return (f"Eq. 1 exact on {(len(EXPECTED_ALPHAS) + 1) * len(EXPECTED_GAMMAS)} (alpha, gamma) with alpha = 1, equal "
+                f"to mrs.verify's exact mean output length on 6 cases, and to its simulated mean (z-test p = "
+                f"{pvalue:.2g}, seed {SEED})")
+    return _grade("expected_tokens", run)
+
+
+@functools.cache
+def _simulated_tokens() -> tuple[float, float]:
+    """The mean number of tokens of N_SIMULATED calls of mrs.verify (gamma = 4 drafts, acceptance rate 0.75 at each
+    position, seed SEED), and its standard error."""
+    p, q = _rows_with_acceptance(F(3, 4), 4)
+    counts = stats.sample_verify(mrs.verify, p, q, N_SIMULATED, np.random.default_rng(SEED))
+    lengths = np.array([len(out) for out in counts.elements()], dtype=np.float64)
+    return float(lengths.mean()), float(lengths.std(ddof=1) / np.sqrt(len(lengths)))
+
+
+def _safe(f, alpha, gamma) -> float:  # f(alpha, gamma) as a float, NaN if it raises or returns no number
+    try:
+        return float(np.asarray(f(alpha, gamma), dtype=np.float64).item())
+    except Exception:  # noqa: BLE001
+        return math.nan

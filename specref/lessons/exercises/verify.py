@@ -1,0 +1,349 @@
+"""check_verify: Chen's Algorithm 2, lines 9-14, graded in tiers, and the known mistakes of a verifier.
+
+`check_verify` runs, in this order:
+- contract: one call with a real generator returns 1 to K + 1 integer ids in [0, V) and leaves its inputs alone;
+- randomness: the same uniforms give the same tokens, twelve times on each of two cases (no np.random, no
+  generator of its own);
+- exact law, in any order of the uniforms: on five small cases (a rejection then the residual, a ratio above 1,
+  p == q, q(x) = 0 at a drafted token, one-hot rows) the law of the function's output over its uniforms is
+  enumerated.  Every decision the correct rule or a known mistake can take on these rows switches at one of a
+  few values of a uniform (a ratio q/p or p/q, a step of an inverse CDF), so the function is handed the
+  midpoint of each cell between those values, every path of cells once, each weighted by its cells' widths,
+  and the law must equal `stats.token_call_law` computed in fractions (to TOL).  A law that moves when the
+  cells are halved was not enumerated exactly (the function decides elsewhere): this tier then stands aside;
+- edges with chosen uniforms (the conformance checker's): q(x) = 0 is rejected even with u = 0, and a rejection
+  whose max(0, q - p) is all zero (p and q one rounding apart) gives a token of the vocabulary;
+- chi-square: N_CALLS calls on the suite's random case (`cases.cases("token")[0]`, K = 2, V = 4) with
+  np.random.default_rng(SEED), against `stats.verify_law` by `stats.chi_square_gof` at stats.LEVEL = 1e-3: a
+  correct verifier fails it with probability 1e-3 over seeds (its false-alarm rate); the seed is fixed, so a
+  verdict is reproducible;
+- vectors: the 13 `verify` vectors of specref/proof/mrs_vectors.json give their recorded tokens when their
+  uniforms are drawn in the order specref/mrs.py documents.
+The controlled uniforms come through rng.random(), rng.random(size), rng.uniform() and rng.choice(a, p=...) (one
+uniform a token by the inverse CDF, as NumPy's Generator.choice draws, with its checks and messages).  A
+function that calls anything else on rng is judged by the contract and the chi-square alone, and the verdict
+says so.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from specref import mrs
+from specref.proof import broken, cases, shipped, stats
+from specref.proof.verdict import Limits
+
+from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest,
+                      _unchanged, _vectors)
+from .uniforms import _cells, _enumerate, _Exhausted, _halved, _Listed, _TooDeep, _Unsupported
+
+
+# ---------------------------------------------------------------- the known mistakes (verify)
+
+def _argmax_draws_sample(x_draft, p, q, rng):
+    out = []
+    for t, x in enumerate(x_draft):
+        x = int(x)
+        if rng.random() < q[t][x] / p[t][x]:
+            out.append(x)
+            continue
+        return np.array(out + [stats.first_max(mrs.residual(p[t], q[t]))])
+    return np.array(out + [stats.first_max(q[len(x_draft)])])
+
+
+def _argmax_draws_law(x_draft, p, q) -> dict:
+    return shipped.argmax_last_law(list(x_draft), p, q)
+
+
+# Sampling made greedy inside the verifier: the draws after the accept tests are argmaxes.
+argmax_draws = broken.Bug("argmax_draws", "takes the argmax of the residual and of q[K] where it should sample from them",
+                          _argmax_draws_sample, _argmax_draws_law)
+
+
+def _swapped_residual(p_t, q_t, x):  # norm(max(0, p - q)): the residual with the letters swapped (p where it is all zero)
+    excess = np.maximum(np.asarray(p_t, dtype=np.float64) - np.asarray(q_t, dtype=np.float64), 0.0)
+    return excess if excess.sum() > 0 else np.asarray(p_t, dtype=np.float64)
+
+
+# Leviathan's rule read with Chen's letters: accept with min(1, p / q), resample from norm(max(0, p - q)).
+letters_swapped = broken.TokenBug(
+    "letters_swapped", "p and q swapped: accepts with min(1, p/q) and resamples from norm(max(0, p - q)), Leviathan's "
+    "rule (his p is the target) read with Chen's letters (p is the draft)",
+    ratio=lambda p, q, x: p[x] / q[x] if q[x] > 0 else np.inf, resample=_swapped_residual)
+
+# The learner-facing diagnosis of each known mistake of a verifier, in the order they are tried.
+VERIFY_MISTAKES = [
+    (broken.resample_from_q, "resamples from q instead of the residual norm(max(0, q - p)) after a rejection"),
+    (broken.no_bonus, "no bonus token: when all K drafts are accepted, one more token must be drawn from q[K]"),
+    (broken.bonus_wrong_row, "the bonus token is drawn from q[K-1] (the last draft's row) instead of q[K]"),
+    (argmax_draws, "argmax instead of sampling: the token after the accept tests is the argmax of the residual "
+                   "(or of q[K]) instead of a draw from it"),
+    (broken.greedy_draft_softmax_ratio, "argmax instead of sampling: verifies the argmax of p, not the drafted token"),
+    (broken.one_uniform_reused, "reuses one uniform for the accept test and the draw after it (each decision needs "
+                                "a fresh rng.random())"),
+    (broken.residual_only_rejected_entry, "residual adjusted only at the rejected token (EAGLE #20): it is q with "
+                                          "the rejected token removed, not norm(max(0, q - p))"),
+    (letters_swapped, "p and q swapped (Leviathan's letters, feifeibear/LLMSpeculativeSampling #36): accepts with "
+                      "min(1, p/q) and resamples from norm(max(0, p - q)); here p is the draft, q the target"),
+    (broken.ratio_inverted, "p and q swapped in the ratio: accepts with min(1, p/q) instead of min(1, q/p)"),
+    (broken.always_accept, "accepts every draft: the accept test min(1, q/p) is missing"),
+    (shipped.ArgmaxWhileSampling(), "argmax instead of sampling: both the drafts and the draws are argmaxes "
+                                    "(mistral.rs PR #2424)"),
+    (shipped.TargetNotWarped(), "the target rows are unwarped before use: verify must use q as handed (vLLM #9834)"),
+    (shipped.DraftFilterNotPassed(), "the drafts are redrawn from a filtered p: verify must judge the drafts it is "
+                                     "handed with the p it is handed (transformers #47932)"),
+]
+
+
+def _verify_breakpoints(x_draft, p, q) -> list[float]:
+    """Every value at which the correct rule or a known mistake can decide differently on these rows: the
+    ratios q/p and p/q, and the steps of the inverse CDF of every row they draw from."""
+    K, V = p.shape
+    rows = [*p, *q]
+    for t in range(K):
+        rows += [np.maximum(q[t] - p[t], 0.0), np.maximum(p[t] - q[t], 0.0)]
+        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in range(V)]
+    edges = []
+    for r in rows:
+        if r.sum() > 0:
+            edges += list((np.cumsum(r) / r.sum())[:-1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for ratio in (q[:K] / p, p / q[:K]):
+            edges += [float(v) for v in ratio.reshape(-1) if np.isfinite(v) and 0 < v < 1]
+    return edges
+
+
+# ---------------------------------------------------------------- check_verify
+
+h, t, e, th = F(1, 2), F(1, 4), F(1, 8), F(1, 3)  # halves, quarters, eighths, thirds
+# Small cases whose every decision boundary is a simple fraction: the exact tier enumerates each law.
+VERIFY_CASES = [
+    _case("a rejection then the residual", [0, 1], [[h, t, t, 0], [t, t, t, t]],
+          [[t, h, 0, t], [h, e, 0, 3 * e], [e, 3 * e, t, t]]),
+    _case("ratio above 1, residual with p and q apart", [0, 0], [[t, 3 * t, 0], [h, t, t]],
+          [[h, t, t], [t, t, h], [h, 0, h]]),
+    _case("p == q", [1, 2], [[h, t, t], [t, h, t]], [[h, t, t], [t, h, t], [t, t, h]]),
+    _case("q(x) = 0 at a drafted token", [0, 2], [[h, h, 0], [th, th, th]], [[0, 3 * t, t], [h, h, 0], [th, th, th]]),
+    _case("one-hot rows", [1, 2], [[0, 1, 0], [h, 0, h]], [[t, t, h], [0, 0, 1], [h, t, t]]),
+]
+del h, t, e, th
+
+
+def _tokens(out, x_draft: np.ndarray, V: int, check: str, where: str) -> tuple:
+    """out as a tuple of ids if it is 1 to K + 1 integer ids in [0, V), else _Fail saying what is wrong."""
+    K = len(x_draft)
+    try:
+        a = np.asarray(out)
+    except Exception as e:  # noqa: BLE001
+        raise _Fail(check, f"returned {type(out).__name__}, not an array of token ids ({e}; {where})") from None
+    if a.ndim != 1:
+        raise _Fail(check, f"returned an array of shape {a.shape}; return one 1-D array of token ids ({where})")
+    if a.dtype.kind == "f" and np.isnan(a).any():
+        raise _Fail(check, f"returned NaN among the token ids {a.tolist()} ({where})")
+    if a.dtype.kind not in "iu":
+        raise _Fail(check, f"returned {a.tolist()} of dtype {a.dtype}: token ids are integers, e.g. "
+                           f"np.array(tokens, dtype=np.int64) ({where})")
+    if not 1 <= len(a) <= K + 1:
+        raise _Fail(check, f"returned {len(a)} tokens for K = {K}: the accepted drafts plus one token make 1 to "
+                           f"K + 1 = {K + 1} ({where})")
+    if ((a < 0) | (a >= V)).any():
+        raise _Fail(check, f"returned {a.tolist()}: an id outside the vocabulary [0, {V}) ({where})")
+    return tuple(int(v) for v in a)  # (a prefix other than the drafts is an outcome the exact law gives 0)
+
+
+def _law_gap(law: dict, correct: dict, x_draft) -> str:  # the outcome where two laws differ most, in words
+    k = max(set(law) | set(correct), key=lambda o: abs(law.get(o, 0.0) - float(correct.get(o, 0))))
+    got, want = law.get(k, 0.0), float(correct.get(k, 0))
+    prefix = "" if list(k[:-1]) == list(x_draft[:len(k) - 1]) else ": its first tokens are not the drafts"
+    return (f"x_draft = {list(x_draft)}: P(output = {list(k)}) is {_fmt(got)} where the exact rule gives "
+            f"{_fmt(want)}{prefix}")
+
+
+def _bug_law(bug, case: _Case) -> dict | None:  # a known mistake's exact law on a case (None if it cannot run there)
+    x_draft, p, q = case.arrays()
+    try:
+        return {k: float(v) for k, v in bug.law([int(x) for x in x_draft], p, q).items()}
+    except Exception:  # noqa: BLE001  (a mistake whose law is undefined on these rows does not match)
+        return None
+
+
+def _named(laws: dict[str, dict]) -> str:
+    """The diagnosis of the first known mistake whose exact law equals the enumerated one on every case, or ''."""
+    for bug, label in VERIFY_MISTAKES:
+        if all((theirs := _bug_law(bug, case)) is not None and stats.total_variation(laws[case.name], theirs) < TOL
+               for case in VERIFY_CASES):
+            return label
+    return ""
+
+
+def _verify_deterministic(f, limits: Limits) -> None:
+    """The same uniforms must give the same tokens: randomness comes from rng alone."""
+    # every uniform 0.7 rejects the first draft of case 0 (its residual has two tokens); 0.3 keeps both drafts of
+    # case 2 (p == q) and draws the bonus token from a row of three
+    for case, u in ((VERIFY_CASES[0], 0.7), (VERIFY_CASES[2], 0.3)):
+        x_draft, p, q = case.arrays()
+        where = f"x_draft = {x_draft.tolist()}, every uniform {u}"
+        seen = {_tokens(_call(limits, "randomness", f, x_draft.copy(), p.copy(), q.copy(), _Listed([], tail=u),
+                              where=where), x_draft, p.shape[1], "randomness", where) for _ in range(12)}
+        if len(seen) > 1:
+            raise _Fail("randomness", f"the same uniforms gave different tokens ({sorted(seen)}; {where}): draw "
+                                      "every random number from the rng the function is handed, not from np.random "
+                                      "or a new generator")
+
+
+def _verify_exact(f, limits: Limits) -> str:
+    """The exact tier: each case's law over f's uniforms, against `stats.token_call_law`; '' if it ran, else why not."""
+    laws, wrong = {}, []
+    for case in VERIFY_CASES:
+        x_draft, p, q = case.arrays()
+        check = f"exact law, case '{case.name}'"
+        deepest = [0]
+
+        def run(rng, x_draft=x_draft, p=p, q=q, check=check, deepest=deepest):
+            try:
+                out = limits.call(f, x_draft.copy(), p.copy(), q.copy(), rng)
+            except (_Unsupported, _TooDeep):
+                raise
+            except Exception as e:  # noqa: BLE001
+                raise _Fail(check, f"raised {type(e).__name__}: {e} (x_draft = {x_draft.tolist()}, after the "
+                                   f"uniforms {[round(float(u), 4) for u in rng.mids[rng.path[:rng.used]]]})") from None
+            deepest[0] = max(deepest[0], rng.used)
+            return _tokens(out, x_draft, p.shape[1], check, f"x_draft = {x_draft.tolist()}")
+
+        edges = _verify_breakpoints(x_draft, p, q)
+        try:
+            laws[case.name] = _enumerate(run, *_cells(edges))
+        except _TooDeep as e:
+            return str(e)
+        correct = stats.token_call_law(list(case.x_draft), case.p, case.q)
+        if deepest[0] == 0 and len(correct) > 1:
+            raise _Fail("randomness", "the function never draws from the rng it is handed (np.random's global "
+                                      "generator, or a new generator made inside, instead of rng?)")
+        if stats.total_variation(laws[case.name], correct) > TOL:
+            wrong.append((case, run, edges, check, _law_gap(laws[case.name], correct, case.x_draft)))
+    if not wrong:
+        return ""
+    case, run, edges, check, gap = wrong[0]
+    label = _named(laws)  # a known mistake's exact law, on every case (those that pass included)
+    if label:
+        raise _Fail(check, f"{label} ({gap})")
+    for case, run, edges, *_ in wrong:  # no known law: is the enumeration exact for this function?
+        try:
+            finer = _enumerate(run, *_cells(_halved(edges)))
+        except _TooDeep as e:
+            return str(e)
+        if stats.total_variation(laws[case.name], finer) > TOL:
+            return "its decisions fall between the grader's cells"
+    raise _Fail(check, f"{gap} (no known mistake matches)")
+
+
+# Two edge cases that need a chosen uniform (the conformance checker's, `conform._injected_edge_checks`).
+_ZERO_P = np.array([[0.5, 0.5, 0.0, 0.0]])
+_ZERO_Q = np.array([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
+_APART_P = np.array([[0.25, 0.25, 0.25, 0.25]])
+_APART_Q = np.array([[0.25 * (1 - 1e-12), 0.25, 0.25, 0.25], [0.1, 0.2, 0.3, 0.4]])
+
+
+def _verify_edges(f, limits: Limits) -> None:
+    name = "edge q(x) = 0, u = 0"
+    where = "draft 0 with q(0) = 0, the first uniform 0.0"
+    out = _call(limits, name, f, np.array([0]), _ZERO_P.copy(), _ZERO_Q.copy(), _Listed([0.0], tail=0.5), where=where)
+    if _tokens(out, np.array([0]), 4, name, where)[0] == 0:
+        raise _Fail(name, f"kept a draft the target gives probability 0 when u = 0 ({np.asarray(out).tolist()}): "
+                          f"accept iff u < q(x)/p(x), strictly (u <= shipped in {shipped.edge_signature(name).where})")
+    name = "edge all-zero residual"
+    where = "p and q one rounding apart, the draft rejected: max(0, q - p) is all zero"
+    try:
+        out = _call(limits, name, f, np.array([0]), _APART_P.copy(), _APART_Q.copy(),
+                    _Listed([1 - 2.0 ** -53], tail=0.5), where=where)
+        _tokens(out, np.array([0]), 4, name, where)
+    except _Fail as e:
+        raise _Fail(name, f"{e.diagnosis}: draw from q there, never divide 0 by 0 (shipped in "
+                          f"{shipped.edge_signature(name).where})") from None
+
+
+def _replay(f, case: dict, limits: Limits | None):  # a vector's tokens from f, or what went wrong
+    rng = _Listed(case["uniforms"])
+    args = (np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]), np.array(case["q"]), rng)
+    try:
+        out = limits.call(f, *args) if limits is not None else f(*args)
+        tokens = [int(v) for v in np.asarray(out).reshape(-1)]
+    except _Unsupported:
+        raise
+    except _Exhausted:
+        return f"a draw past the {len(rng.uniforms)} listed uniforms"
+    except Exception as e:  # noqa: BLE001
+        return f"raised {type(e).__name__}: {e}"
+    if rng.used != len(rng.uniforms):
+        return f"{tokens} after drawing {rng.used} of the {len(rng.uniforms)} listed uniforms"
+    return tokens
+
+
+def _verify_vectors(f, limits: Limits, law_exact: bool) -> int:
+    chosen = _vectors("verify")
+    got = [_replay(f, c, limits) for c in chosen]
+    wrong = [(c, g) for c, g in zip(chosen, got) if g != c["tokens"]]
+    if not wrong:
+        return len(chosen)
+    c, g = wrong[0]
+    first = f"{len(wrong)} of {len(chosen)} vectors differ, e.g. '{c['name']}': expected {c['tokens']}, got {g}"
+    same = [label for bug, label in VERIFY_MISTAKES if [_replay(bug, c, None) for c in chosen] == got]
+    if same:
+        raise _Fail("vectors", f"{same[0]} ({first})")
+    passed = "the law is exact (enumerated) and passes the chi-square" if law_exact else "the law passes the chi-square"
+    raise _Fail("vectors", f"{first}; {passed}, but the vectors need the uniforms in the documented order: one "
+                           "rng.random() per accept test, then one for the residual or bonus token (specref/mrs.py, "
+                           "'Randomness')")
+
+
+def _verify_chi_square(f, limits: Limits) -> str:
+    case = cases.cases("token")[0]  # the suite's random case: K = 2, V = 4
+    K, V = case.p.shape
+    check = f"chi-square ({N_CALLS} calls, K = {K}, V = {V}, seed {SEED})"
+
+    def guarded(x_draft, p, q, rng):
+        out = _call(limits, check, f, x_draft, p.copy(), q.copy(), rng, where=f"x_draft = {x_draft.tolist()}")
+        return _tokens(out, x_draft, V, check, f"x_draft = {x_draft.tolist()}")
+
+    counts = stats.sample_verify(guarded, case.p, case.q, N_CALLS, np.random.default_rng(SEED))
+    correct = stats.verify_law(case.p, case.q)
+    stat, dof, pvalue = stats.chi_square_gof(counts, correct)
+    if pvalue > stats.LEVEL:
+        return f"chi-square p = {pvalue:.2g} ({N_CALLS} calls, seed {SEED})"
+    laws = {bug.name: stats.rows_call_law(bug.law, case.p, case.q) for bug, _ in VERIFY_MISTAKES}
+    found = _likeliest(counts, correct, laws)
+    label = {bug.name: label for bug, label in VERIFY_MISTAKES}.get(found, "")
+    what = f"chi2 = {stat:.1f} on {dof} dof, p = {pvalue:.2g} <= {stats.LEVEL:g}"
+    raise _Fail(check, f"{label} ({what})" if label else f"the output law is not the target's ({what}; no known "
+                                                         "mistake fits the counts)")
+
+
+def check_verify(f: Callable) -> Result:
+    """Grade f(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens as Chen's Alg. 2, lines 9-14 (checks: module docstring)."""
+    def run(limits: Limits) -> str:
+        case = cases.cases("token")[0]
+        x_draft = np.array([1, 2])
+        before = (x_draft.copy(), case.p.copy(), case.q.copy())
+        args = (x_draft, case.p.copy(), case.q.copy())
+        out = _call(limits, "contract", f, *args, np.random.default_rng(SEED), where="K = 2, V = 4, a real generator")
+        _tokens(out, x_draft, case.p.shape[1], "contract", "K = 2, V = 4")
+        _unchanged("contract", before, args, ("x_draft", "p", "q"))
+        skipped, unsupported = "", "the grader's controlled uniforms offer only random(), uniform() and choice()"
+        try:
+            _verify_deterministic(f, limits)
+            skipped = _verify_exact(f, limits)
+            _verify_edges(f, limits)
+        except _Unsupported as e:
+            stat = _verify_chi_square(f, limits)
+            return f"{stat}; exact law, edges and vectors skipped: it calls {e} ({unsupported})"
+        stat = _verify_chi_square(f, limits)
+        try:
+            n_vectors = _verify_vectors(f, limits, law_exact=not skipped)
+        except _Unsupported as e:
+            return f"exact law and edges passed, {stat}; vectors skipped: it calls {e} ({unsupported})"
+        exact = ("exact law on 5 cases" if not skipped else
+                 f"exact law skipped ({skipped})")
+        return f"{exact}, edges u = 0 and all-zero residual, {stat}, {n_vectors} vectors"
+    return _grade("verify", run)
