@@ -38,7 +38,7 @@ from itertools import permutations, product
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref import mrs
+from specref import mrs_tree
 from specref.lessons.quick import quick_mode
 from specref.proof import power, stats, tree
 from specref.proof.vectors import ListedUniforms
@@ -61,7 +61,7 @@ print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the 
 # left to draw from after a rejection, depends on how the children were drawn, and each rule is exact only for
 # its own way:
 #
-# | `specref.mrs` | children | accept child $c_i$ with probability | after a rejection |
+# | `specref.mrs_tree` | children | accept child $c_i$ with probability | after a rejection |
 # |---|---|---|---|
 # | `verify_tree_topk` | distinct, chosen without looking at the target (EAGLE-2's top-$k$ of the draft) | $q(c_i) / (1 - q(c_1) - \dots - q(c_{i-1}))$ | at the end, $q$ without the children's mass |
 # | `verify_tree_mss` | i.i.d. from $p$ (SpecInfer's multi-step speculative sampling) | $\min(1, q(c)/p(c))$ | $q \leftarrow \mathrm{norm}(\max(0, q - p))$ |
@@ -71,8 +71,8 @@ print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the 
 # child, which is why it is exact however the children were chosen. The other two are modified rejection sampling
 # (notebook 02) repeated at one node: each rejected candidate leaves the residual for the next.
 #
-# Here are all three in NumPy, drawing their uniforms in the order `specref/mrs.py` documents ("Randomness of the
-# tree verifiers": one per child tested, one for the last token), so they return the same tokens as the library's
+# Here are all three in NumPy, drawing their uniforms in the order `specref/mrs_tree.py` documents (its RANDOMNESS
+# constant: one per child tested, one for the last token), so they return the same tokens as the library's
 # for the same generator. A test keeps this cell and the library equal (`tests/apps/test_notebook_code.py`, on
 # random trees and on the portable vectors `specref/proof/tree_vectors.json`). The library keeps the residual
 # unnormalised to save divisions and checks its inputs; the decisions are the same, uniform for uniform.
@@ -144,13 +144,13 @@ def random_trees(children, count, seed):  # -> (tokens, parents, p, q) of trees 
                np.array(tree.tree_rows(tokens, parents, target_row)))
 
 
-LIBRARY = {"topk": mrs.verify_tree_topk, "mss": mrs.verify_tree_mss, "rrs": mrs.verify_tree_rrs}
+LIBRARY = {"topk": mrs_tree.verify_tree_topk, "mss": mrs_tree.verify_tree_mss, "rrs": mrs_tree.verify_tree_rrs}
 DRAWN = {"topk": "topk", "mss": "iid", "rrs": "without_replacement"}  # how each rule's children are drawn
 for rule, library in LIBRARY.items():
     same = all(verify_tree(*args, np.random.default_rng(s), rule).tolist()
                == library(*args, np.random.default_rng(s)).tolist()
                for s, args in enumerate(random_trees(DRAWN[rule], 200, 8)))
-    print(f"verify_tree(..., {rule!r}) returns the tokens of mrs.{library.__name__} on 200 random trees: {same}")
+    print(f"verify_tree(..., {rule!r}) returns the tokens of mrs_tree.{library.__name__} on 200 random trees: {same}")
 
 # %% [markdown]
 # ## 2. Why several candidates raise acceptance: the coupling view
@@ -430,7 +430,7 @@ def notebook_verifier(rule):
 print(f"{'algorithm':9} {'verifier':37} {'calls':>6} {'chi-square':>10} {'p-value':>9} {'verdict':>7} {'exact TV':>9}")
 for name, alg in tree.ALGORITHMS.items():
     law = alg.call_law(case_draft, case_target, tree.WIDTHS)
-    rows = [("mrs." + alg.verifier.__name__, alg.verifier, law, n_exact),
+    rows = [("mrs_tree." + alg.verifier.__name__, alg.verifier, law, n_exact),
             ("verify_tree (this notebook)", notebook_verifier(alg.rule.test), law, n_exact)]
     for bug in alg.bugs:
         bug_law = alg.call_law(case_draft, case_target, tree.WIDTHS, bug.law)
@@ -478,7 +478,7 @@ for name, alg in tree.ALGORITHMS.items():
     wrong = bug(*args, ListedUniforms([0.0, 0.3])).tolist()              # u = 0 accepts node 0; then the bonus
     right = alg.verifier(*args, ListedUniforms([0.0, 0.0, 0.3])).tolist()  # node 0 rejected, node 1 accepted, bonus
     print(f"{name}: u = 0 on a child with q = 0: inclusive_zero_coin outputs {wrong} (accepted it); "
-          f"mrs.{alg.verifier.__name__} outputs {right}")
+          f"mrs_tree.{alg.verifier.__name__} outputs {right}")
 
 # %% [markdown]
 # ## 5. Scoring the tree in one call: the attention mask
