@@ -15,7 +15,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from specref.protocol import check_tokens
-from specref.sampling import draw_children
+from specref.trees import draw_children
 
 
 class _RowModel:
@@ -166,7 +166,7 @@ class PromptLookupDraft(_RowModel):
 
     def candidates(self, tokens: np.ndarray, k: int) -> list[int]:
         """Up to k distinct tokens the copy proposes after `tokens`, best first, for a tree of drafts
-        (`specref.sampling.draft_tree`): the tokens that followed the earlier occurrences of the longest
+        (`specref.trees.draft_tree`): the tokens that followed the earlier occurrences of the longest
         matching suffix, the latest occurrence first (the first is `propose`'s token), then those of
         shorter suffixes.  With no match: the last token again, or with adaptive=True (matches of
         MIN_MATCH tokens or more only) nothing.  Deterministic, so verify_tree_topk verifies them."""
@@ -248,8 +248,8 @@ class CopyOrModel:
 
     def candidates(self, tokens: np.ndarray, k: int) -> list[int]:
         """Up to k distinct tokens to propose after `tokens`, best first, for a tree of drafts
-        (`specref.sampling.draft_tree`): the copy, if the context repeats, then the model's most likely
-        tokens (`specref.sampling.draw_children`'s top-k of its row).  Deterministic, so
+        (`specref.trees.draft_tree`): the copy, if the context repeats, then the model's most likely
+        tokens (`specref.trees.draw_children`'s top-k of its row).  Deterministic, so
         verify_tree_topk verifies them."""
         tokens = check_tokens(tokens, self.V)
         token = self.copy(tokens)

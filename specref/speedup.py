@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from specref import trees
+
 
 def _check(alpha, gamma=None, c=None, name_c="c"):
     a = np.asarray(alpha, dtype=np.float64)
@@ -178,7 +180,7 @@ def alpha_needed(c: float, score_cost, tol: float = 1e-9) -> float:
 
 # ---------------------------------------------------------------- trees of drafts
 #
-# A tree of drafts (`specref.sampling.Tree`) is verified by walking down from the root: at each
+# A tree of drafts (`specref.trees.Tree`) is verified by walking down from the root: at each
 # node the walk goes on to at most one child, tested in rank order (first drawn first).  The
 # extension of Eq. 1 replaces alpha by a profile: accept[r] = the chance that the walk goes on to
 # the child of rank r of a node it reached (r = 0 the first tested), the same at every node
@@ -203,35 +205,22 @@ def _check_profile(accept) -> list[np.ndarray]:  # -> one row of chances by rank
     return out
 
 
-def _tree_parents(parents) -> list[int]:
-    p = [int(j) for j in parents]
-    if not p or any(not -1 <= j < i for i, j in enumerate(p)):
-        raise ValueError(f"parents must be a non-empty tree in topological order (-1 or j < i), got {parents}")
-    return p
-
-
-def tree_rows(parents) -> int:
-    """Draft rows one call of the tree needs: the root and every node with children (gamma for a chain of gamma)."""
-    return len(set(_tree_parents(parents)))
-
-
 def tree_expected_tokens(parents, accept) -> float:
     """Eq. 1 for a tree: expected tokens per target call, 1 + sum over nodes of the chance the walk reaches it.
 
-    parents [N] as in `specref.sampling.Tree` (siblings in rank order); accept[r] the chance the walk
+    parents [N] as in `specref.trees.Tree` (siblings in rank order); accept[r] the chance the walk
     goes on to a node's child of rank r (ranks beyond len(accept) never), or accept[d][r] the same at
     depth d (the root's children are at depth 0; depths past the last row use the last row).  A node
     whose path from the root takes ranks r_1..r_d is reached with chance accept[r_1] ... accept[r_d]
     (accept[0][r_1] ... accept[d - 1][r_d] by depth).  A chain of gamma with accept = (alpha,) gives
     Eq. 1, (1 - alpha^(gamma+1)) / (1 - alpha).
     """
-    rows, p = _check_profile(accept), _tree_parents(parents)
-    reach, depth, seen = [], [], {}  # reach[i]: the chance the walk reaches node i; seen[j]: children of j so far
+    rows, p = _check_profile(accept), trees.check_parents(parents).tolist()
+    depth, reach, seen = trees.depths(p), [], {}  # reach[i]: the chance the walk reaches node i; seen[j]: children of j so far
     for i, j in enumerate(p):
         rank = seen.get(j, 0)
         seen[j] = rank + 1
-        depth.append(depth[j] + 1 if j >= 0 else 0)
-        a = rows[min(depth[i], len(rows) - 1)]
+        a = rows[min(int(depth[i]), len(rows) - 1)]
         reach.append((reach[j] if j >= 0 else 1.0) * (a[rank] if rank < a.size else 0.0))
     return 1.0 + float(sum(reach))
 
@@ -239,7 +228,7 @@ def tree_expected_tokens(parents, accept) -> float:
 def tree_walltime_improvement(parents, accept, c, score_cost) -> float:
     """Theorem 3.8 for a tree of drafts: tree_expected_tokens / (rows c + score_cost), over standard decoding.
 
-    rows = `tree_rows(parents)`, the draft calls one loop makes (each gives one row, and all of a
+    rows = `specref.trees.draft_rows(parents)`, the draft calls one loop makes (each gives one row, and all of a
     node's children are drawn from it); c = one draft call / one decode step; score_cost = scoring
     the tree's N nodes, N + 1 rows, in one target call / one decode step (measured: on a CPU it is
     not 1).  A chain of gamma with accept = (alpha,) is `walltime_improvement_measured`.  A draft
@@ -254,4 +243,4 @@ def tree_walltime_improvement(parents, accept, c, score_cost) -> float:
     _check(0.0, None, c)
     if not float(score_cost) > 0:
         raise ValueError(f"score_cost must be > 0, got {score_cost}")
-    return tree_expected_tokens(parents, accept) / (tree_rows(parents) * float(c) + float(score_cost))
+    return tree_expected_tokens(parents, accept) / (trees.draft_rows(parents) * float(c) + float(score_cost))

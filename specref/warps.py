@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref.protocol import draft_length, keep_path, next_distributions, tree_distributions
+from specref.protocol import draft_length, keep_path, next_distributions
+from specref.trees import tree_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
 # of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the
@@ -133,7 +134,7 @@ class Warped:
         return draft_length(self.model, tokens, K)
 
     def score_tree(self, tokens: np.ndarray, tree_tokens, parents) -> np.ndarray:  # [n], [N], [N] -> [N+1, V]
-        """The wrapped model's rows for a tree of drafts (`specref.protocol.tree_distributions`), warped."""
+        """The wrapped model's rows for a tree of drafts (`specref.trees.tree_distributions`), warped."""
         return self.warp(tree_distributions(self.model, tokens, tree_tokens, parents))
 
     def keep_path(self, nodes) -> None:  # [m] -> None

@@ -40,7 +40,7 @@ from specref.apps import demo, humaneval as he  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.proof import stats  # noqa: E402
-from specref.sampling import Tree  # noqa: E402
+from specref.trees import Tree  # noqa: E402
 
 # The shapes compared, at equal nodes (a chain of K is "1x1x..."): exactly at K = 4 and 6 (a chain of 8 over
 # V = 6 would be 6^8 contexts per model), on HumanEval at K = 4 and 8.

@@ -25,7 +25,7 @@ import resource
 
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, VERIFY_TREE, measure_costs
-from specref.sampling import TREE_VERIFIERS
+from specref.trees import TREE_VERIFIERS
 from specref.files import write_text
 from specref.fast import fast_model, load_fast
 

@@ -17,7 +17,7 @@ Medians over repeats, on the real model:
 - `tree_score_ratio`: N -> (time to score a tree of N nodes in one call, `SmolLM2.score_tree`, with
   the root's token not cached yet, as in speculative sampling) / (one decode step), N in TREE_SIZES,
   timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
-- `verify_tree_ms`: children -> one call of that tree verifier (`specref.sampling.TREE_VERIFIERS`)
+- `verify_tree_ms`: children -> one call of that tree verifier (`specref.trees.TREE_VERIFIERS`)
   on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
 """
@@ -28,7 +28,7 @@ import time
 import numpy as np
 
 from specref.mrs import verify, verify_block
-from specref.sampling import TREE_VERIFIERS, Tree, draw_children
+from specref.trees import TREE_VERIFIERS, Tree, draw_children
 from specref.smollm2.model import SmolLM2
 from specref.fast.plan import PANEL, Team, cores, from_panels, to_panels
 
@@ -175,7 +175,7 @@ def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
 
 
 def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int = 51) -> float:
-    """Median ms of one call of the tree verifier for `children` (`specref.sampling.TREE_VERIFIERS`) on softmax
+    """Median ms of one call of the tree verifier for `children` (`specref.trees.TREE_VERIFIERS`) on softmax
     rows of size V, on the tree `tree` with its children drawn from those rows that verifier's way."""
     rng = np.random.default_rng(0)
     shape = Tree.parse(tree, children)

@@ -14,7 +14,7 @@ that model predicts fastest, and where no K pays the run says so and gives the a
 would need.  On a CPU where scoring a few tokens costs far more than one decode step (NumPy's
 BLAS without AVX-512 packs every small product), K is the whole story.  `--K` forces one K.
 
-Trees of drafts (`specref.sampling.Tree`): after each draft's chain, a short pilot with a tree of
+Trees of drafts (`specref.trees.Tree`): after each draft's chain, a short pilot with a tree of
 four candidates at the root and at depths 1 to 3 (TREE_PILOT) measures, exactly over the verifier's
 own randomness, the chance that the walk goes on to each of them by rank, at each depth
 (`TreeProfile`: a copied run accepts far more often below the root than at it); Theorem 3.8's extension to trees
@@ -52,7 +52,8 @@ from specref.fast import load_fast
 from specref.apps.timing import VERIFIERS, timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.runstats import RunStats
-from specref.sampling import TREE_VERIFIERS, Step, Tree
+from specref.sampling import Step
+from specref.trees import TREE_VERIFIERS, Tree
 from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
@@ -95,7 +96,7 @@ class Result:
     predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
     score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
-    tree: str = ""  # the tree's shape (`specref.sampling.Tree.parse`), "" for a chain
+    tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
     children: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
     why_tree: str = ""  # how the tree was chosen (`choose_tree`)
@@ -260,7 +261,7 @@ def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list
 
 
 def tree_children(draft_name: str, temperature: float) -> str:
-    """How the demo draws a draft's children: the draft's top-k (`specref.sampling.draw_children`, verified by
+    """How the demo draws a draft's children: the draft's top-k (`specref.trees.draw_children`, verified by
     the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
     are its candidates; otherwise without replacement (recursive rejection sampling), so that the first
     child is an ordinary draft token, accepted with chance alpha, and the others add to it."""
@@ -435,7 +436,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
     (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
     with `scoring_costs` if not given), and then also a tree (`choose_tree`): a tree row follows
-    the chain's where one pays.  tree: a shape ("3+1", `specref.sampling.Tree.parse`) to run as a
+    the chain's where one pays.  tree: a shape ("3+1", `specref.trees.Tree.parse`) to run as a
     tree row for every draft instead (children drawn as `tree_children` says)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower

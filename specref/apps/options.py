@@ -85,7 +85,7 @@ VERIFIERS = ("token", "block")
 
 
 def tree(value: str) -> str:
-    """A tree of drafts' shape (`specref.sampling.Tree.parse`): children per depth like 2x1 (2 children of
+    """A tree of drafts' shape (`specref.trees.Tree.parse`): children per depth like 2x1 (2 children of
     the root, 1 under each), or a spine like 3+1 (3 children of the root, 1 under the first); each
     number from 1 to MAX_K, at most MAX_K nodes.  Returned without spaces."""
     expected = f"a tree like 2x1 (children per depth) or 3+1 (a spine), numbers >= 1, at most {MAX_K} nodes"

@@ -15,9 +15,10 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.protocol import draft_length, keep_path, next_distributions, tree_distributions
+from specref.protocol import draft_length, keep_path, next_distributions
 from specref.runstats import RunStats
-from specref.sampling import Step, Tree, autoregressive_sampling, speculative_sampling
+from specref.sampling import Step, autoregressive_sampling, speculative_sampling
+from specref.trees import Tree, tree_distributions
 from specref.warps import Warp, Warped
 
 # --verify's names (specref.apps.options.VERIFIERS) and the exact verifiers they select.
@@ -28,7 +29,7 @@ class Timed:
     """A model that counts its calls and adds up the wall time spent in them (to measure c).
 
     It passes on what the wrapped model offers for trees of drafts: score_tree and keep_path (a
-    target's), candidates (a draft's, `specref.sampling.draft_tree`), their time counted as the model's."""
+    target's), candidates (a draft's, `specref.trees.draft_tree`), their time counted as the model's."""
 
     def __init__(self, model):
         self.model, self.calls, self.seconds = model, 0, 0.0

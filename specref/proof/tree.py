@@ -1,19 +1,19 @@
 """Trees of drafts, proven: how a tree is drawn, the exact law of one verifier call, and the known bugs.
 
-specref.mrs verifies a tree of drafts three ways, and each is exact only for trees drawn its way.
+specref.mrs_tree verifies a tree of drafts three ways, and each is exact only for trees drawn its way.
 For each algorithm of ALGORITHMS ("tree-topk", "tree-mss", "tree-rrs") this module holds what a
 test or a conformance checker needs (an `Algorithm`):
 - how its trees are drawn: `draw_tree` with the algorithm's `children` choice ("topk": the
   draft's most likely tokens, "iid": i.i.d. draws from the draft, "without_replacement"), and
   `tree_draws`, every tree with its exact chance;
-- its reference verifier, from specref.mrs;
+- its reference verifier, from specref.mrs_tree;
 - the exact law of one call: `Rule.law(tokens, parents, p, q)` for a fixed tree (over the
   verifier's uniforms), and `Algorithm.call_law`, with the drawing of the tree included;
   `fresh_children_law` computes the latter a second way, for the correct rules only;
 - the known bugs, each a `TreeBug` (the shape of `broken.Bug`: name, about, sample, law), its
   docstring naming where it shipped.
 
-The laws are written in plain Python arithmetic, independently of specref.mrs's float code, so rows
+The laws are written in plain Python arithmetic, independently of specref.mrs_tree's float code, so rows
 of fractions.Fraction give exact laws.  A law is a dict: output tuple (the accepted path, then one
 more token) -> probability.  Rows depend on the context: draft_row(prefix) and target_row(prefix)
 are the next-token rows after the tokens `prefix` (a tuple, () at the root), as in
@@ -33,6 +33,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, mrs_tree
+from specref.trees import children_of, draw_children, node_paths
 from specref.proof import broken, shipped, stats
 from specref.protocol import next_distributions
 
@@ -44,83 +45,12 @@ CHILDREN = ("topk", "iid", "without_replacement")
 
 # ---------------------------------------------------------------- the shape of a tree
 
-def children_of(parents) -> list[list[int]]:  # [N] -> N + 1 lists
-    """children[row]: the nodes whose parent is the node of that row (row 0: the root, row i + 1: node i), ascending."""
-    children = [[] for _ in range(len(parents) + 1)]
-    for i, j in enumerate(parents):
-        children[int(j) + 1].append(i)
-    return children
-
-
-def node_paths(tokens, parents) -> list[tuple]:  # [N], [N] -> N tuples
-    """The tokens from the root down to each node, that node's token last (parents before children)."""
-    paths = []
-    for x, j in zip(tokens, parents):
-        paths.append((paths[j] if j >= 0 else ()) + (int(x),))
-    return paths
-
-
 def tree_rows(tokens, parents, row: Callable) -> list:  # [N], [N] -> [N+1] rows [V]
     """[N+1] rows of a model on the tree: row(()) at the root, then row(path to node i) after node i."""
     return [row(())] + [row(path) for path in node_paths(tokens, parents)]
 
 
-def depth(parents) -> int:  # [N] -> the longest path
-    """The number of nodes on the longest path from the root (a chain of K drafts has depth K)."""
-    d = []
-    for j in parents:
-        d.append(d[j] + 1 if j >= 0 else 1)
-    return max(d, default=0)
-
-
 # ---------------------------------------------------------------- drawing a tree
-
-def _largest(row, width: int) -> list[int]:  # [V] -> the `width` tokens with the most mass (> 0), ties to the lowest id
-    if len(row) > 64:  # a large vocabulary: a stable sort keeps equal masses in id order
-        row = np.asarray(row, dtype=np.float64)
-        live = np.flatnonzero(row > 0)
-        return [int(x) for x in live[np.argsort(-row[live], kind="stable")][:width]]
-    live = [x for x in range(len(row)) if row[x] > 0]
-    return sorted(live, key=lambda x: (-row[x], x))[:width]
-
-
-def _inverse_cdf(row: np.ndarray, u: float) -> int:  # [V] -> the smallest i with u * sum(row) < row[0] + ... + row[i]
-    if len(row) > 64:
-        c = np.cumsum(row)
-        i = int(np.searchsorted(c, u * c[-1], side="right"))
-        return i if i < len(row) and row[i] > 0 else int(np.flatnonzero(row)[-1])  # rounding past the end: last live
-    weights = row.tolist()  # a short row: a Python loop is quicker than NumPy's calls
-    target, c, last = u * sum(weights), 0.0, 0
-    for i, w in enumerate(weights):
-        c += w
-        if w > 0:
-            last = i
-            if target < c:
-                return i
-    return last
-
-
-def draw_children(children: str, row, width: int, rng: np.random.Generator) -> list[int]:  # row [V] -> tokens
-    """One node's children, drawn from the draft's row as `children` says.
-
-    "topk": the `width` tokens with the largest p (ties to the lowest id; tokens with p = 0 left out),
-    no randomness; "iid": `width` independent draws from p (they may repeat); "without_replacement":
-    min(width, tokens with p > 0) successive draws, each from p without the tokens already drawn.
-    Each draw takes one uniform and inverts the row's cumulative sum (as `mrs.sample` does for a small V).
-    """
-    if children == "topk":
-        return _largest(row, width)
-    row = np.asarray(row, dtype=np.float64)
-    if children == "iid":
-        return [_inverse_cdf(row, u) for u in rng.random(width)]
-    if children == "without_replacement":
-        left, out = row.copy(), []
-        for _ in range(min(width, int(np.count_nonzero(row)))):
-            out.append(_inverse_cdf(left, rng.random()))
-            left[out[-1]] = 0.0
-        return out
-    raise ValueError(f"children must be one of {CHILDREN}, got {children!r}")
-
 
 def draw_tree(children: str, draft_row: Callable, widths, rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """(tokens, parents) of a tree drawn level by level: each node at depth d gets its children from
@@ -130,7 +60,7 @@ def draw_tree(children: str, draft_row: Callable, widths, rng: np.random.Generat
     for width in widths:
         nxt = []
         for j, path in frontier:
-            for x in draw_children(children, draft_row(path), width, rng):
+            for x in draw_children(draft_row(path), width, children, rng):
                 tokens.append(int(x))
                 parents.append(j)
                 nxt.append((len(tokens) - 1, path + (int(x),)))
@@ -142,7 +72,7 @@ def children_law(children: str, row, width: int) -> list[tuple[object, tuple]]: 
     """Every outcome of `draw_children` with its exact chance: [(chance, tokens)] (fractions in, fractions out)."""
     live = [x for x in range(len(row)) if row[x] > 0]
     if children == "topk":
-        return [(1, tuple(_largest(row, width)))]
+        return [(1, tuple(draw_children(row, width, "topk", None)))]
     if children == "iid":
         return [(math.prod(row[x] for x in xs), xs) for xs in itertools.product(live, repeat=width)]
     if children == "without_replacement":
@@ -407,7 +337,7 @@ def fresh_children_law(children: str, draft_row: Callable, target_row: Callable,
         if len(prefix) == len(widths):  # a leaf: the bonus token
             law = {(y,): v for y, v in enumerate(q_row) if v > 0}
         elif children == "topk":
-            xs = _largest(draft_row(prefix), widths[len(prefix)])
+            xs = draw_children(draft_row(prefix), widths[len(prefix)], "topk", None)
             for y, v in enumerate(q_row):
                 if v > 0:
                     add(law, v, at(prefix + (y,)) if y in xs else {(): 1}, (y,))

@@ -25,7 +25,7 @@ import numpy as np
 
 from specref import mrs, mrs_tree
 from specref.files import write_text
-from specref.proof.tree import children_of
+from specref.trees import children_of
 from specref.proof import vectors
 from specref.proof.vectors import ListedUniforms, _inverse_cdf, dumps
 

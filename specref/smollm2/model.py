@@ -25,7 +25,8 @@ from typing import Callable
 
 import numpy as np
 
-from specref.protocol import check_tokens, check_tree
+from specref import trees
+from specref.protocol import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights
 
@@ -84,24 +85,11 @@ def causal_mask(n):  # -> float32 [n, n], read-only
 
 
 def tree_mask(parents):  # [N] -> float32 [N, N]
-    """0 where node i may see node j (j is i or one of its ancestors), -inf elsewhere: added to the
-    scores of a tree's N nodes against their own N keys.  parents[i] is -1 for a child of the root
-    (the last cached position, which every node sees), else j < i.  A chain [-1, 0, 1, ...] gives
-    `causal_mask`."""
-    on_path = np.eye(len(parents), dtype=bool)                # [N, N]: on_path[i, j] = j is i or an ancestor of i
-    for i, j in enumerate(parents):
-        if j >= 0:
-            on_path[i] |= on_path[j]                           # j < i: node j's row is already complete
-    return np.where(on_path, np.float32(0), np.float32(-np.inf))
-
-
-def tree_depths(parents):  # [N] -> int64 [N]
-    """Depth of each node below the root: 0 for a child of the root.  Node i's RoPE position is
-    (number of cached positions) + depth, the position it would have in the chain of its path."""
-    depth = np.zeros(len(parents), np.int64)                  # [N]
-    for i, j in enumerate(parents):
-        depth[i] = 0 if j < 0 else depth[j] + 1
-    return depth
+    """0 where node i may see node j (j is i or one of its ancestors: `specref.trees.ancestors`), -inf
+    elsewhere: added to the scores of a tree's N nodes against their own N keys.  parents[i] is -1 for
+    a child of the root (the last cached position, which every node sees), else j < i.  A chain
+    [-1, 0, 1, ...] gives `causal_mask`."""
+    return np.where(trees.ancestors(parents), np.float32(0), np.float32(-np.inf))
 
 
 def attention(q, k_t, v, mask):  # [n, H, hd], [Hkv, hd, T], [Hkv, T, hd], [n, n] or None -> [n, H * hd]
@@ -266,7 +254,7 @@ def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear, ffn=swiglu
         rot_n = rot[start:start + n]                           # [n, hd/2]
         mask = causal_mask(n) if n > 1 else None               # [n, n]
     else:
-        rot_n = rot[start + tree_depths(parents)]              # [n, hd/2]
+        rot_n = rot[start + trees.depths(parents)]              # [n, hd/2]
         mask = tree_mask(parents)                              # [n, n]
     x = weights.embed(tokens)                                  # [n, d]
     for i, layer in enumerate(weights.layers):
@@ -348,7 +336,7 @@ class SmolLM2:
         until `keep_path` keeps the accepted path or the next call writes over them.
         """
         a = self._check(tokens, 1)
-        t, par = check_tree(tree_tokens, parents, self.config.vocab_size)
+        t, par = trees.check_tree(tree_tokens, parents, self.config.vocab_size)
         if a.size + t.size > self.config.context_length:
             raise ValueError(f"{a.size} tokens and a tree of {t.size} nodes exceed the model's context of "
                              f"{self.config.context_length}")
@@ -393,7 +381,7 @@ class SmolLM2:
                 raise ValueError(f"nodes {path_list} are not a path from the root: node {i}'s parent is "
                                  f"{int(parents[i])}, not {above}")
         # Compaction, not recomputation.  Node path[d] is at depth d, so its keys were rotated for
-        # position start + d (`tree_depths`): the very slot it moves to, so RoPE stays valid.  It
+        # position start + d (`specref.trees.depths`): the very slot it moves to, so RoPE stays valid.  It
         # attended to the prefix and path[:d], exactly what precedes it there.  Its keys, values and
         # final state are therefore those of the chain tokens + path (to float32 rounding).
         self.cache.keep(start + path.astype(np.int64))

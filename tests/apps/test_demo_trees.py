@@ -16,7 +16,7 @@ import pytest
 from specref import mrs_tree, speedup
 from specref.apps import demo
 from specref.proof import tree as prooftree
-from specref.sampling import Tree
+from specref.trees import Tree
 
 
 def test_the_shapes_are_trees_of_at_most_8_nodes_no_wider_than_4_and_no_chains():

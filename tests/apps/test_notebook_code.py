@@ -15,7 +15,7 @@ import jupytext
 import numpy as np
 import pytest
 
-from specref import mrs, mrs_tree
+from specref import mrs, mrs_tree, trees
 from specref.proof import stats, vectors
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -367,7 +367,7 @@ from fractions import Fraction  # noqa: E402
 from itertools import permutations  # noqa: E402
 
 from specref.proof import tree, tree_vectors  # noqa: E402
-from specref.smollm2 import model as smollm2_model  # noqa: E402  (tree_mask and tree_depths: no weights are loaded)
+from specref.smollm2 import model as smollm2_model  # noqa: E402  (tree_mask: no weights are loaded)
 
 TREE_DOC = json.loads(tree_vectors.PATH.read_text())
 TREE_RULES = {"topk": mrs_tree.verify_tree_topk, "mss": mrs_tree.verify_tree_mss, "rrs": mrs_tree.verify_tree_rrs}
@@ -497,7 +497,7 @@ def _mask_differences(cell) -> int:
         parents = _random_parents(rng, int(rng.integers(1, 13)))
         mask = np.where(cell.tree_mask(parents), np.float32(0), np.float32(-np.inf))
         differ += not (np.array_equal(mask, smollm2_model.tree_mask(parents))
-                       and cell.tree_depths(parents).tolist() == smollm2_model.tree_depths(parents).tolist())
+                       and cell.tree_depths(parents).tolist() == trees.depths(parents).tolist())
     return differ
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from specref import mrs, mrs_tree
+from specref import mrs, mrs_tree, trees
 from specref.proof import stats, tree, tree_vectors
 from specref.proof.vectors import ListedUniforms
 
@@ -59,7 +59,7 @@ def test_output_is_a_path_from_the_root_then_one_token(verify):
         V = max(V, N)
         p, q = _drafted_rows(rng, tokens, parents, V), _rows(rng, N + 1, V)
         out = verify(tokens, parents, p, q, rng)
-        assert out.ndim == 1 and out.dtype == np.int64 and 1 <= len(out) <= tree.depth(parents) + 1
+        assert out.ndim == 1 and out.dtype == np.int64 and 1 <= len(out) <= trees.depth(parents) + 1
         node = -1
         for x in out[:-1]:  # each accepted token is a child of the node before it
             kids = [i for i in np.flatnonzero(parents == node) if tokens[i] == x]

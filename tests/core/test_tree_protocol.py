@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from specref.proof.stats import MarkovChain
-from specref.protocol import check_tree, keep_path, tree_distributions
+from specref.protocol import keep_path
+from specref.trees import check_tree, tree_distributions
 
 PARENTS = [-1, -1, 0, 0, 1, 2, 2]      # the root has children 0 and 1, node 0 has 2 and 3, node 2 has 5 and 6
 TOKENS = [0, 1, 2, 0, 2, 1, 3]

@@ -18,11 +18,11 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specref import drafts, mrs_tree, sampling, speedup
+from specref import drafts, mrs_tree, sampling, speedup, trees
 from specref.proof import stats
 from specref.proof import tree as prooftree
 from specref.runstats import RunStats
-from specref.sampling import Tree
+from specref.trees import Tree
 from specref.warps import Warped
 from tests.smollm2.test_tree_attention import tiny_model
 from tools import tree_gain
@@ -90,22 +90,33 @@ def test_a_chain_through_the_tree_loop_is_algorithm_2_token_for_token(K, childre
 
 def test_top_k_children_are_the_largest_p_ties_to_the_lower_id_never_p_0():
     p = np.array([0.1, 0.3, 0.0, 0.3, 0.2, 0.1])
-    assert sampling.draw_children(p, 2, "topk", None) == [1, 3]
-    assert sampling.draw_children(p, 4, "topk", None) == [1, 3, 4, 0]
-    assert sampling.draw_children(p, 9, "topk", None) == [1, 3, 4, 0, 5]      # p = 0 is never a child
+    assert trees.draw_children(p, 2, "topk", None) == [1, 3]
+    assert trees.draw_children(p, 4, "topk", None) == [1, 3, 4, 0]
+    assert trees.draw_children(p, 9, "topk", None) == [1, 3, 4, 0, 5]      # p = 0 is never a child
     big = np.zeros(49152)
     big[[7, 40000, 123, 9]] = [0.25, 0.25, 0.4, 0.1]
-    assert sampling.draw_children(big, 3, "topk", None) == [123, 7, 40000]
+    assert trees.draw_children(big, 3, "topk", None) == [123, 7, 40000]
 
 
-@pytest.mark.parametrize("children", prooftree.CHILDREN)
-def test_children_are_drawn_as_the_proofs_draw_them(children):
-    """The same uniforms give the same children as specref.proof.tree.draw_children (whose laws the proofs enumerate)."""
+def _by_inverse_cdf(row, width, children, uniforms):  # the documented draws, written out: one uniform per child
+    row, out = [float(v) for v in row], []
+    for _ in range(width if children == "iid" else min(width, sum(v > 0 for v in row))):
+        u, c = next(uniforms), np.cumsum(row)
+        out.append(int(np.searchsorted(c, u * c[-1], side="right")))
+        if children == "without_replacement":
+            row[out[-1]] = 0.0
+    return out
+
+
+@pytest.mark.parametrize("children", ["iid", "without_replacement"])
+def test_children_are_drawn_by_the_inverse_cdf_of_one_uniform_each(children):
+    """trees.draw_children (which the sampler and the proofs' draw_tree both use) maps each uniform to the
+    smallest i with u * sum(row) < row[0] + ... + row[i], without replacement zeroing each drawn token."""
     row = np.array([0.1, 0.0, 0.45, 0.05, 0.4])
     for seed in range(200):
-        got = sampling.draw_children(row, 3, children, np.random.default_rng(seed))
-        assert got == prooftree.draw_children(children, row, 3, np.random.default_rng(seed))
-    assert len(sampling.draw_children(np.array([0.0, 1.0, 0.0]), 3, "without_replacement", np.random.default_rng(0))) == 1
+        got = trees.draw_children(row, 3, children, np.random.default_rng(seed))
+        assert got == _by_inverse_cdf(row, 3, children, iter(np.random.default_rng(seed).random(3)))
+    assert len(trees.draw_children(np.array([0.0, 1.0, 0.0]), 3, "without_replacement", np.random.default_rng(0))) == 1
 
 
 def test_tree_names_and_shapes():
@@ -129,7 +140,7 @@ def test_tree_names_and_shapes():
 def test_a_drawn_tree_leaves_out_what_its_parents_row_cannot_fill():
     """A one-hot draft has one top-k child per node: the shape 3+1 shrinks to a chain of 2."""
     draft = drafts.PromptLookupDraft(V, n=2)      # one-hot rows, and no candidates asked for with "iid"
-    tokens, parents, p, calls = sampling.draft_tree(draft, np.array([0, 1, 0]), Tree.parse("3+1", "without_replacement"),
+    tokens, parents, p, calls = trees.draft_tree(draft, np.array([0, 1, 0]), Tree.parse("3+1", "without_replacement"),
                                                     np.random.default_rng(0))
     assert tokens.tolist() == [1, 0] and parents.tolist() == [-1, 0] and calls == 2
     assert p.shape == (3, V) and p[0, 1] == 1 and p[1, 0] == 1 and not p[2].any()   # the leaf's row is not drawn
@@ -148,11 +159,11 @@ def test_prompt_lookup_candidates_are_the_followers_of_every_match_latest_first(
 
 def test_the_accepted_path_is_found_among_repeated_siblings_or_refused():
     tokens, parents = np.array([1, 1, 2, 0, 2]), np.array([-1, -1, 0, 1, 1])
-    assert sampling.path_nodes(tokens, parents, [1, 0]) == [1, 3]     # the second 1 holds the 0
-    assert sampling.path_nodes(tokens, parents, [1, 2]) == [0, 2]
-    assert sampling.path_nodes(tokens, parents, []) == []
+    assert trees.path_nodes(tokens, parents, [1, 0]) == [1, 3]     # the second 1 holds the 0
+    assert trees.path_nodes(tokens, parents, [1, 2]) == [0, 2]
+    assert trees.path_nodes(tokens, parents, []) == []
     with pytest.raises(ValueError, match="not a path from the root"):
-        sampling.path_nodes(tokens, parents, [2])
+        trees.path_nodes(tokens, parents, [2])
 
 
 class Recording:
@@ -166,7 +177,7 @@ class Recording:
 
     def score_tree(self, tokens, tree_tokens, parents):
         self.trees.append((np.array(tokens), np.array(tree_tokens), np.array(parents)))
-        return sampling.tree_distributions(self.model, tokens, tree_tokens, parents)
+        return trees.tree_distributions(self.model, tokens, tree_tokens, parents)
 
     def keep_path(self, nodes):
         self.kept.append(list(nodes))
@@ -218,7 +229,7 @@ def test_the_tree_extension_is_eq_1_and_theorem_3_8_on_a_chain():
                 speedup.walltime_improvement_measured(alpha, K, 0.1, 1.9))
     # 3+1 by hand: 1 + (a0 + a1 + a2) + a0 * a0; two draft rows (the root and its first child)
     assert speedup.tree_expected_tokens(Tree.parse("3+1").parents, [0.5, 0.2, 0.1]) == pytest.approx(1 + 0.8 + 0.25)
-    assert speedup.tree_rows(Tree.parse("3+1").parents) == 2 and speedup.tree_rows(Tree.parse("2x2").parents) == 3
+    assert trees.draft_rows(Tree.parse("3+1").parents) == 2 and trees.draft_rows(Tree.parse("2x2").parents) == 3
     assert speedup.tree_walltime_improvement(Tree.parse("3+1").parents, [0.5, 0.2, 0.1], 0.1, 2.0) == pytest.approx(2.05 / 2.2)
     with pytest.raises(ValueError, match="summing to at most 1"):
         speedup.tree_expected_tokens([-1, -1], [0.7, 0.5])
@@ -245,7 +256,7 @@ def test_the_profile_model_is_exact_for_top_k_children_when_rows_do_not_depend_o
     p_row = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1, 10)]
     q_row = [Fraction(3, 10), Fraction(45, 100), Fraction(1, 10), Fraction(15, 100)]   # the Qualcomm toy rows
     tree = Tree.parse(shape)
-    tokens, parents = sampling.draft_tree(stats.MarkovChain(np.array([float(v) for v in p_row])), np.array([0]),
+    tokens, parents = trees.draft_tree(stats.MarkovChain(np.array([float(v) for v in p_row])), np.array([0]),
                                           tree, None)[:2]
     law = prooftree.TOPK.law(tokens, parents, [p_row] * (len(tokens) + 1), [q_row] * (len(tokens) + 1))
     exact = stats.expected_tokens(law)

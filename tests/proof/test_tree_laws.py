@@ -24,7 +24,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specref import mrs_tree
+from specref import mrs_tree, trees
 from specref.proof import power, stats, tree
 from specref.proof.vectors import ListedUniforms
 
@@ -81,7 +81,7 @@ def test_the_cases_have_zeros_and_context():
         assert target((0,)) != target((1,)) and target((0, 1)) != target((1, 1)), case  # the rows depend on the context
     draft, target = tree.case_rows("close")  # some drawn child has q = 0
     assert any(target(path[:-1])[path[-1]] == 0 for _, t, p in tree.tree_draws("iid", draft, tree.WIDTHS)
-               for path in tree.node_paths(t, p))
+               for path in trees.node_paths(t, p))
 
 
 # ---------------------------------------------------------------- exact
@@ -105,7 +105,7 @@ def test_topk_rule_and_its_closed_form_agree(case):
     draft, target = tree.case_rows(case)
     for children in tree.CHILDREN:
         for _, tokens, parents in tree.tree_draws(children, draft, tree.WIDTHS)[:50]:
-            if children == "iid" and any(len(set(tokens[i] for i in k)) < len(k) for k in tree.children_of(parents)):
+            if children == "iid" and any(len(set(tokens[i] for i in k)) < len(k) for k in trees.children_of(parents)):
                 continue  # top-k needs distinct siblings
             p, q = tree.tree_rows(tokens, parents, draft), tree.tree_rows(tokens, parents, target)
             assert tree.TOPK.law(tokens, parents, p, q) == tree.topk_closed_law(tokens, parents, p, q)

@@ -17,10 +17,11 @@ difference it saw.
 import numpy as np
 import pytest
 
+from specref import trees
 from specref.fast import fast_model
 from specref.fast.plan import Plan
 from specref.smollm2 import model as M
-from specref.smollm2.model import SmolLM2, attention, causal_mask, tree_depths, tree_mask
+from specref.smollm2.model import SmolLM2, attention, causal_mask, tree_mask
 from specref.smollm2.weights import Config, LayerWeights, Weights
 
 # A tree of 7 nodes that branches at three depths (the root, node 0 and node 2 have two children):
@@ -60,11 +61,11 @@ def show(matrix) -> str:
 def test_the_mask_and_positions_of_a_small_tree_are_the_hand_drawn_ones():
     mask = tree_mask(PARENTS)
     sees = (mask == 0).astype(int)
-    print(f"tree mask (1 = attends), parents {PARENTS}:\n{show(sees)}\ndepths {tree_depths(PARENTS).tolist()}")
+    print(f"tree mask (1 = attends), parents {PARENTS}:\n{show(sees)}\ndepths {trees.depths(PARENTS).tolist()}")
     assert mask.shape == (7, 7) and mask.dtype == np.float32
     np.testing.assert_array_equal(sees, SEES)
     assert set(np.unique(mask[sees == 0])) == {-np.inf}
-    assert tree_depths(PARENTS).tolist() == DEPTHS
+    assert trees.depths(PARENTS).tolist() == DEPTHS
 
 
 def test_attention_under_the_tree_mask_sees_the_prefix_and_the_own_path_only():
@@ -88,11 +89,11 @@ def test_attention_under_the_tree_mask_sees_the_prefix_and_the_own_path_only():
 def test_a_chain_is_the_tree_whose_mask_is_causal(n):
     chain = [-1] + list(range(n - 1))
     np.testing.assert_array_equal(tree_mask(chain), causal_mask(n))
-    assert tree_depths(chain).tolist() == list(range(n))
+    assert trees.depths(chain).tolist() == list(range(n))
 
 
 def test_depth_follows_the_parent_not_the_index():
-    assert tree_depths([-1, -1, -1, 2, 3, 1]).tolist() == [0, 0, 0, 1, 2, 1]
+    assert trees.depths([-1, -1, -1, 2, 3, 1]).tolist() == [0, 0, 0, 1, 2, 1]
     assert (tree_mask([-1, -1, -1, 2, 3, 1]) == 0).sum(axis=1).tolist() == [1, 1, 1, 2, 3, 2]
 
 
@@ -142,7 +143,7 @@ def test_tiny_tree_with_the_wrong_mask_or_positions_misses_the_tolerance(wrong, 
     if wrong == "causal mask":
         monkeypatch.setattr(M, "tree_mask", lambda parents: causal_mask(len(parents)))
     else:
-        monkeypatch.setattr(M, "tree_depths", lambda parents: np.arange(len(parents)))
+        monkeypatch.setattr(trees, "depths", lambda parents: np.arange(len(parents)))
     err_p, err_l = tree_vs_paths(tiny_model(), tiny_model(), TINY_PREFIX, TINY_TREE, PARENTS)
     print(f"{wrong}: max |tree - path alone| = {err_p:.2e} (probabilities), {err_l:.2e} (logits)")
     assert err_l > 1e-2
@@ -208,7 +209,7 @@ def test_tiny_cache_after_keep_path_equals_a_fresh_recompute(nodes):
 def test_tiny_keep_path_with_positions_by_index_misses_the_tolerance(monkeypatch):
     """Negative control: had the keys been rotated for prefix + node index, the kept path [0, 2, 6] would
     hold keys rotated for the wrong positions, and the comparison above would say so."""
-    monkeypatch.setattr(M, "tree_depths", lambda parents: np.arange(len(parents)))
+    monkeypatch.setattr(trees, "depths", lambda parents: np.arange(len(parents)))
     err_cache, err_rows = kept_vs_fresh(tiny_model(), tiny_model(), TINY_PREFIX, TINY_TREE, PARENTS, [0, 2, 6], 42)
     print(f"positions by index: max |kept cache - fresh| = {err_cache:.2e}, next rows {err_rows:.2e}")
     assert err_cache > 1e-2 and err_rows > 1e-3
