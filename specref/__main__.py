@@ -13,7 +13,7 @@ BLAS threads: OpenBLAS reads OPENBLAS_NUM_THREADS once, when NumPy is imported, 
 sets it before anything imports NumPy (notebook 05 sets it the same way, so that it runs the
 model as the commands do).  It is 1 unless the environment sets it (the fast path's small
 products never gain from BLAS threads, it splits products over the cores itself, and on a shared
-2-core machine OpenBLAS's spinning worker threads made prefill 3x slower; see specref.fast.plan);
+2-core machine OpenBLAS's spinning worker threads made prefill 3x slower; see specref.fast.kernels);
 `bench --blas-threads N` sets it to N; `train-draft` uses every core unless told otherwise.
 """
 

@@ -32,7 +32,7 @@ import numpy as np  # noqa: E402
 
 from specref.apps.costs import PREFIX  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
-from specref.fast.plan import cpu_label, machine_key  # noqa: E402
+from specref.fast.machine import cpu_label, machine_key  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BASE = "specref_base"

@@ -38,7 +38,7 @@ from specref.apps import demo  # noqa: E402
 from specref.apps.humaneval import load_problems  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
-from specref.fast.plan import cores, cpu_label, machine_key  # noqa: E402
+from specref.fast.machine import cores, cpu_label, machine_key  # noqa: E402
 from specref.smollm2.weights import gguf_path  # noqa: E402
 from tools.lookup_replay import NEW_TOKENS, workloads  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Where a second core could help the forward pass's products, measured: `python3 -m tools.thread_experiments`.
 
-The planner (`specref.fast.plan`) splits one product at a time over threads, and on the
+The planner (`specref.fast.planner`) splits one product at a time over threads, and on the
 2-core AMD EPYC it was developed on that split rarely pays.  This tool times, on the model's own
 121 weight matrices in forward order and in the panel layout, for a few row counts:
 
@@ -34,8 +34,9 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command li
 import numpy as np
 
 from specref.files import write_text
-from specref.fast.plan import Team, panel_product, split_product
-from specref.fast.plan import PANEL, to_panels
+from specref.fast.kernels import PANEL, panel_product, to_panels
+from specref.fast.split import split_product
+from specref.fast.team import Team
 from specref.smollm2.weights import gguf_path, load_weights
 
 AHEAD_MB = 8.0         # how far the read-ahead helper may run ahead of the products

@@ -30,8 +30,8 @@ import torch  # noqa: E402
 
 from specref.files import write_text  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
-from specref.fast.plan import cores, cpu_label, machine_key  # noqa: E402
-from specref.fast.plan import from_panels  # noqa: E402
+from specref.fast.kernels import from_panels  # noqa: E402
+from specref.fast.machine import cores, cpu_label, machine_key  # noqa: E402
 
 PREFIX = 64
 KS = (1, 2, 3, 4, 8)

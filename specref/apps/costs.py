@@ -30,7 +30,9 @@ import numpy as np
 from specref.mrs import verify, verify_block
 from specref.trees import TREE_VERIFIERS, Tree, draw_children
 from specref.smollm2.model import SmolLM2
-from specref.fast.plan import PANEL, Team, cores, from_panels, to_panels
+from specref.fast.kernels import PANEL, from_panels, to_panels
+from specref.fast.machine import cores
+from specref.fast.team import Team
 
 K_MAX = 8              # score_ratio is measured for K = 1..K_MAX
 PREFIX = 64            # tokens cached before every timed call

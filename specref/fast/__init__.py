@@ -10,12 +10,13 @@ to cheaper ones and split products over the cores (`specref.fast.plan`), as a me
     SmolLM2(weights, tokenizer, fast=plan) is the one switch in the model.
 
 A library call never measures unless asked (`measure=True`); a plan is measured once per machine
-and cached (`plan.plan_for`), unless the machine was busy while it was measured.
+and cached (`cache.plan_for`), unless the machine was busy while it was measured.
 """
 
 from typing import Callable
 
-from specref.fast.plan import Plan, cached_plan, in_layout, plan_for
+from specref.fast.cache import cached_plan, plan_for
+from specref.fast.plan import Plan, in_layout
 from specref.smollm2.model import SmolLM2, load_smollm2
 
 __all__ = ["Plan", "fast_model", "load_fast", "plan_for", "cached_plan"]

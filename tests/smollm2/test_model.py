@@ -28,15 +28,21 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+FAST_MODULES = ("specref.fast.cache", "specref.fast.kernels", "specref.fast.machine", "specref.fast.plan",
+                "specref.fast.planner", "specref.fast.split", "specref.fast.team")    # every module of the fast path
+
+
 def test_the_model_file_imports_no_threads_and_no_planner():
     """What a reader reads is what runs: model.py (and weights.py) pull in no threads, no planner."""
+    assert set(FAST_MODULES) == {f"specref.fast.{p.stem}" for p in (ROOT / "specref" / "fast").glob("*.py")
+                                 if p.stem != "__init__"}                  # the list above is not stale
     code = "import sys, specref.smollm2.model; print(sorted(m for m in sys.modules if m.startswith('specref.fast')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]", out.stdout
     # NumPy and gguf may import threading themselves; what is pinned for threads is the source
     for path in ("specref/smollm2/model.py", "specref/smollm2/weights.py"):
         assert imported_modules(ROOT / path).isdisjoint({"threading", "queue", "concurrent.futures", "specref.fast",
-                                                         "specref.fast.plan"}), path
+                                                         *FAST_MODULES}), path
 
 
 def imported_modules(path) -> set:
