@@ -35,7 +35,7 @@ import torch  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from specref.apps import demo  # noqa: E402
-from specref.apps.humaneval import load_problems  # noqa: E402
+from specref.apps.humaneval.problems import load_problems  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.fast.machine import cores, cpu_label, machine_key  # noqa: E402

@@ -31,7 +31,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")           # as the command li
 import numpy as np  # noqa: E402
 
 from specref.apps import demo  # noqa: E402
-from specref.apps.humaneval import load_problems  # noqa: E402
+from specref.apps.humaneval.problems import load_problems  # noqa: E402
 from specref.drafts import PromptLookupDraft  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.protocol import draft_length  # noqa: E402

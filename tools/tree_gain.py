@@ -36,7 +36,12 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `python -m specref` set
 import numpy as np  # noqa: E402
 
 from specref import speedup  # noqa: E402
-from specref.apps import demo, humaneval as he  # noqa: E402
+from specref.apps import demo, humaneval as he  # noqa: E402  (he: the command's options, he.add_arguments)
+from specref.apps.costs import measure_costs  # noqa: E402
+from specref.apps.humaneval.choices import GREEDY, NUCLEUS  # noqa: E402
+from specref.apps.humaneval.problems import load_problems  # noqa: E402
+from specref.apps.humaneval.report import add_bench_prediction, format_table, summarize  # noqa: E402
+from specref.apps.humaneval.runner import Benchmark, Method  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.files import write_text  # noqa: E402
 from specref.proof import stats  # noqa: E402
@@ -182,17 +187,17 @@ def exact_tables(V: int = 6, pairs: int = 8, lams=(0.2, 0.5, 0.8), concentration
 def humaneval_methods(draft: str = "neural"):
     """The rows of the HumanEval comparison: ArS, chains of 4 and 8 through mrs.verify, and trees of 4 and 8 nodes."""
     methods = []
-    for temperature, top_p in (he.NUCLEUS, he.GREEDY):
-        methods.append(he.Method(None, 0, temperature, top_p))
+    for temperature, top_p in (NUCLEUS, GREEDY):
+        methods.append(Method(None, 0, temperature, top_p))
         for K, shapes in HUMANEVAL_SHAPES.items():
             if temperature == 0 and K == 8:
                 continue  # greedy: K = 4 only
-            methods.append(he.Method(draft, K, temperature, top_p))
+            methods.append(Method(draft, K, temperature, top_p))
             for name in shapes:
                 for children in (("topk",) if temperature == 0 else ("topk", "without_replacement")):
                     if K == 8 and children == "topk" and name != "4x1":
                         continue
-                    methods.append(he.Method(draft, K, temperature, top_p, name, children))
+                    methods.append(Method(draft, K, temperature, top_p, name, children))
     return methods
 
 
@@ -201,16 +206,16 @@ def run_humaneval(argv) -> int:
     he.add_arguments(parser)
     parser.add_argument("--draft", default="neural", help="the draft (default neural: the trained draft)")
     args = parser.parse_args(argv)
-    problems = he.load_problems(args.cache_dir)[: args.limit or 12]
+    problems = load_problems(args.cache_dir)[: args.limit or 12]
     model = load_fast(args.cache_dir, measure=True)
-    bench = he.Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
+    bench = Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
     methods = humaneval_methods(args.draft)
     print(f"{len(problems)} problems x {len(methods)} methods; results {bench.results_path}", flush=True)
-    costs = None if args.no_bench_costs else he.measure_costs(model, repeats=5)
+    costs = None if args.no_bench_costs else measure_costs(model, repeats=5)
     keys = bench.run_methods("table", methods, execute=True, stop=True)
-    rows = he.summarize(methods, bench.stored, keys, [p.task_id for p in problems])
-    he.add_bench_prediction(rows, costs)
-    print(he.format_table(rows))
+    rows = summarize(methods, bench.stored, keys, [p.task_id for p in problems])
+    add_bench_prediction(rows, costs)
+    print(format_table(rows))
     if costs is not None:
         print("\nscoring costs, in decode steps: chain of K + 1 tokens "
               + ", ".join(f"K={k} {v:.2f}" for k, v in costs["score_ratio"].items())
@@ -231,7 +236,7 @@ def run_costs(repeats: int = 15) -> int:
     """What scoring a tree of N nodes costs against a chain of N + 1 tokens, in decode steps, in shuffled rounds
     (`specref.apps.costs.measure_costs`), and the three tree verifiers on 16 nodes."""
     model = load_fast(measure=True)
-    costs = he.measure_costs(model, repeats=repeats)
+    costs = measure_costs(model, repeats=repeats)
     print(f"decode step {costs['decode_ms_per_token']:.1f} ms; medians of {repeats} rounds, [25th, 75th percentile] "
           f"of the same ratio within each round")
     print("| N | tree of N nodes | chain of N + 1 tokens |")

@@ -135,11 +135,11 @@ def test_tree_profile_adds_the_chances_at_each_node_the_walk_reaches_by_depth():
 
 
 def test_a_depth_no_walk_reached_ends_the_table_and_old_records_add_to_the_root_only():
-    from specref.apps import humaneval as he
+    from specref.apps.humaneval.report import tree_profile
 
     assert demo.profile_table(0, [], []) == []
     assert demo.profile_table(2, [1.0, 0.4], [[1, [0.9]], [0, []]]) == [[0.5, 0.2], [0.9]]
     old = {"profile_calls": 2, "profile_sums": [1.0, 0.4]}                 # stored before depths were measured
     new = {"profile_calls": 2, "profile_sums": [1.2, 0.2], "profile_deeper": [[2, [1.6, 0.2]], [1, [1.0]]]}
-    got = he.tree_profile([old, new])
+    got = tree_profile([old, new])
     assert len(got) == 3 and all(row == pytest.approx(want) for row, want in zip(got, [[0.55, 0.15], [0.8, 0.1], [1.0, 0.0]]))

@@ -11,19 +11,28 @@ import numpy as np
 import pytest
 
 from specref import speedup
-from specref.apps import humaneval as he
+from specref.apps import demo, sandbox
+from specref.apps import humaneval as he  # the command: add_arguments, run (and measure_costs, which run calls)
+from specref.apps.humaneval import runner  # run_methods makes its drafts with runner.by_name
+from specref.apps.humaneval.choices import GREEDY, NUCLEUS
+from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, check_completion,
+                                             load_problems, parse_problems, program_text, truncate_at_stop)
+from specref.apps.humaneval.report import (REQUIRED_ROW_FIELDS, add_bench_prediction, difference_interval, parity,
+                                           wilson_interval)
+from specref.apps.humaneval.runner import (NGRAM_ORDER, PROMPT_LOOKUP_N, Benchmark, Method, aggregate, generate,
+                                           method_rng, settings_key)
 from specref.smollm2 import weights
-from specref.apps.named_drafts import by_name
+from specref.apps.named_drafts import DRAFTS, by_name
 from specref.drafts import NGramDraft
 from specref.runstats import RunStats
 from specref.smollm2.tokenizer import Tokenizer
 
-QUICK = he.sandbox.Limits(seconds=5.0)
+QUICK = sandbox.Limits(seconds=5.0)
 
 
 @pytest.fixture(scope="module")
 def problems():
-    return he.load_problems(progress=lambda message: None)
+    return load_problems(progress=lambda message: None)
 
 
 @pytest.fixture(scope="module")
@@ -70,36 +79,36 @@ def test_the_164_problems(problems):
 
 @pytest.mark.parametrize("index", [0, 1, 2, 31, 163])
 def test_canonical_solutions_pass(problems, index):
-    result = he.check_completion(problems[index], problems[index].canonical_solution, QUICK)
+    result = check_completion(problems[index], problems[index].canonical_solution, QUICK)
     assert result.status == "passed", result.stderr_tail
 
 
 def test_wrong_solutions_fail(problems):
     p = problems[0]  # has_close_elements
-    assert he.check_completion(p, "    return False\n", QUICK).status == "failed"
-    assert he.check_completion(p, "    return True\n", QUICK).status == "failed"
-    assert he.check_completion(p, "    return (\n", QUICK).status == "failed"  # syntax error
-    assert he.check_completion(p, "", QUICK).status == "failed"  # an empty body is a syntax error too
+    assert check_completion(p, "    return False\n", QUICK).status == "failed"
+    assert check_completion(p, "    return True\n", QUICK).status == "failed"
+    assert check_completion(p, "    return (\n", QUICK).status == "failed"  # syntax error
+    assert check_completion(p, "", QUICK).status == "failed"  # an empty body is a syntax error too
 
 
 def test_program_text(problems):
     p = problems[0]
-    text = he.program_text(p, "    pass\n")
+    text = program_text(p, "    pass\n")
     assert text.startswith(p.prompt + "    pass\n")
     assert p.test in text and text.rstrip().endswith(f"check({p.entry_point})")
 
 
 def test_truncate_at_stop():
-    assert he.truncate_at_stop("    return 1\n\ndef g():\n    pass") == ("    return 1\n", True)
-    assert he.truncate_at_stop("    return 1\n# note\nclass A:") == ("    return 1", True)
-    assert he.truncate_at_stop("    x = 1\n    # indented comments stay\n    return x") == (
+    assert truncate_at_stop("    return 1\n\ndef g():\n    pass") == ("    return 1\n", True)
+    assert truncate_at_stop("    return 1\n# note\nclass A:") == ("    return 1", True)
+    assert truncate_at_stop("    x = 1\n    # indented comments stay\n    return x") == (
         "    x = 1\n    # indented comments stay\n    return x", False)
-    assert he.truncate_at_stop("    return 1\nprint(f(2))\nif __name__") == ("    return 1", True)
+    assert truncate_at_stop("    return 1\nprint(f(2))\nif __name__") == ("    return 1", True)
 
 
 def test_parse_problems_rejects_bad_records():
     with pytest.raises(ValueError, match="line 2"):
-        he.parse_problems(['{"task_id": "a", "prompt": "", "canonical_solution": "", "test": "", "entry_point": "f"}',
+        parse_problems(['{"task_id": "a", "prompt": "", "canonical_solution": "", "test": "", "entry_point": "f"}',
                            '{"task_id": "b"}'])
 
 
@@ -109,14 +118,14 @@ def test_wilson_interval_known_values():
     # Newcombe (1998) Table I: 81/263 -> 0.2553-0.3662; 15/148 -> 0.0624-0.1605; 0/20 -> 0-0.1611
     for (s, n), (low, high) in {(81, 263): (0.2553, 0.3662), (15, 148): (0.0624, 0.1605),
                                 (0, 20): (0.0, 0.1611)}.items():
-        got = he.wilson_interval(s, n)
+        got = wilson_interval(s, n)
         assert got == pytest.approx((low, high), abs=6e-5), (s, n, got)
 
 
 def test_difference_interval_known_values():
     # Newcombe (1998) Table II, method 10: 56/70 - 48/80 -> 0.0524 to 0.3339; 9/10 - 3/10 -> 0.1705 to 0.8090
-    assert he.difference_interval(56, 70, 48, 80) == pytest.approx((0.0524, 0.3339), abs=6e-5)
-    assert he.difference_interval(9, 10, 3, 10) == pytest.approx((0.1705, 0.8090), abs=6e-5)
+    assert difference_interval(56, 70, 48, 80) == pytest.approx((0.0524, 0.3339), abs=6e-5)
+    assert difference_interval(9, 10, 3, 10) == pytest.approx((0.1705, 0.8090), abs=6e-5)
 
 
 def test_parity_statement():
@@ -128,7 +137,7 @@ def test_parity_statement():
         {"method": "SpS", "draft": "uniform", "temperature": 0.8, "top_p": 0.95, "passed": 60, "n_problems": 164,
          "pass_at_1": 60 / 164},  # the negative control: far off ArS, the report must say so
     ]
-    near, far = he.parity(rows)
+    near, far = parity(rows)
     assert near["agree"] and "parity within sampling error" in near["statement"]
     assert not far["agree"] and "NOT at parity" in far["statement"]
 
@@ -136,11 +145,11 @@ def test_parity_statement():
 # ---- generation ----------------------------------------------------------------------------
 
 def test_generate_stops_at_stop_sequences(problems, code_model, tokenizer):
-    method = he.Method(None, 0, *he.NUCLEUS)
+    method = Method(None, 0, *NUCLEUS)
     for p in problems[:5]:
-        g = he.generate(tokenizer.encode(p.prompt), code_model, None, method, 64, tokenizer,
-                        he.method_rng(0, p.task_id, method))
-        assert not any(s in g.completion for s in he.STOP_SEQUENCES)
+        g = generate(tokenizer.encode(p.prompt), code_model, None, method, 64, tokenizer,
+                        method_rng(0, p.task_id, method))
+        assert not any(s in g.completion for s in STOP_SEQUENCES)
         assert g.stopped_by in ("stop", "control", "length")
         assert g.stats.tokens <= 64 and g.stats.loops == g.stats.tokens and g.stats.n_drafted == 0
         if g.stopped_by == "length":
@@ -151,13 +160,13 @@ def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
     """Greedy SpS returns the target's argmax path whatever the draft (Chen Theorem 1 at T = 0)."""
     for p in problems[:4]:
         prompt = tokenizer.encode(p.prompt)
-        ars = he.generate(prompt, code_model, None, he.Method(None, 0, *he.GREEDY), 40, tokenizer,
+        ars = generate(prompt, code_model, None, Method(None, 0, *GREEDY), 40, tokenizer,
                           np.random.default_rng(1))
-        for draft in [d for d in he.DRAFTS if not d.startswith("neural")]:  # neural drafts need SmolLM2: test_draft.py
+        for draft in [d for d in DRAFTS if not d.startswith("neural")]:  # neural drafts need SmolLM2: test_draft.py
             d = by_name(draft, tokenizer.vocab_size, lambda: [tokenizer.encode(q.canonical_solution)
                                                                    for q in problems if q is not p])
             for verify in ("token", "block"):
-                sps = he.generate(prompt, code_model, d, he.Method(draft, 3, *he.GREEDY), 40, tokenizer,
+                sps = generate(prompt, code_model, d, Method(draft, 3, *GREEDY), 40, tokenizer,
                                   np.random.default_rng(2), verify=verify)
                 assert sps.completion == ars.completion, (p.task_id, draft, verify)
                 assert sps.stats.loops < sps.stats.tokens or draft == "uniform" or sps.stats.n_accepted == 0
@@ -171,7 +180,7 @@ def test_greedy_sps_equals_greedy_ars(problems, code_model, tokenizer):
 
 
 def test_ngram_draft_leaves_its_own_problem_out(problems, tokenizer):
-    bench = he.Benchmark(problems[:3], type("M", (), {"tokenizer": tokenizer})(),
+    bench = Benchmark(problems[:3], type("M", (), {"tokenizer": tokenizer})(),
                          parse(["--limit", "3"]), "test")
     others = bench.solutions_of_others("HumanEval/1")
     own = tokenizer.encode(problems[1].canonical_solution)
@@ -235,9 +244,9 @@ def test_lookup_n_reaches_the_lookup_drafts_and_keeps_their_results_apart(tmp_pa
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup-adaptive,uniform", "--json", str(out),
             "--timeout", "5", "--no-bench-costs"]
     asked = []
-    monkeypatch.setattr(he, "by_name", lambda name, *a, **k: asked.append((name, a[3])) or by_name(name, *a, **k))
+    monkeypatch.setattr(runner, "by_name", lambda name, *a, **k: asked.append((name, a[3])) or by_name(name, *a, **k))
     assert he.run(parse(argv), model=code_model) == 0
-    assert set(asked) == {("prompt-lookup-adaptive", he.PROMPT_LOOKUP_N), ("uniform", he.PROMPT_LOOKUP_N)}
+    assert set(asked) == {("prompt-lookup-adaptive", PROMPT_LOOKUP_N), ("uniform", PROMPT_LOOKUP_N)}
     first = {json.loads(line)["key"] for line in (tmp_path / "he.jsonl").read_text().splitlines()}
     assert len(first) == 6                                      # (ArS, adaptive, uniform) x (nucleus, greedy)
 
@@ -254,15 +263,15 @@ def test_lookup_n_reaches_the_lookup_drafts_and_keeps_their_results_apart(tmp_pa
 
 def test_the_default_lookup_n_keeps_the_keys_of_results_stored_before_the_option():
     args = parse(["--max-new-tokens", "96"])
-    method = he.Method("prompt-lookup-adaptive", 4, *he.NUCLEUS)
-    before = {"kind": "table", "method": {"draft": "prompt-lookup-adaptive", "K": 4, "temperature": he.NUCLEUS[0],
-                                          "top_p": he.NUCLEUS[1]}, "verify": "token", "seed": 0,
-              "max_new_tokens": 96, "model": "m", "problems_sha256": he.HUMANEVAL_SHA256,
-              "ngram_order": he.NGRAM_ORDER, "prompt_lookup_n": 3, "stops": he.STOP_SEQUENCES,
-              "body_indent": he.BODY_INDENT}                    # the settings every stored result was keyed by
+    method = Method("prompt-lookup-adaptive", 4, *NUCLEUS)
+    before = {"kind": "table", "method": {"draft": "prompt-lookup-adaptive", "K": 4, "temperature": NUCLEUS[0],
+                                          "top_p": NUCLEUS[1]}, "verify": "token", "seed": 0,
+              "max_new_tokens": 96, "model": "m", "problems_sha256": HUMANEVAL_SHA256,
+              "ngram_order": NGRAM_ORDER, "prompt_lookup_n": 3, "stops": STOP_SEQUENCES,
+              "body_indent": BODY_INDENT}                    # the settings every stored result was keyed by
     expected = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
-    assert he.settings_key("table", method, args, "m") == expected
-    assert he.settings_key("table", method, parse(["--max-new-tokens", "96", "--lookup-n", "8"]), "m") != expected
+    assert settings_key("table", method, args, "m") == expected
+    assert settings_key("table", method, parse(["--max-new-tokens", "96", "--lookup-n", "8"]), "m") != expected
 
 
 def test_k_sweep(tmp_path, code_model):
@@ -304,12 +313,12 @@ def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
     assert len(status) == 3 * 4
     assert {s for (t, _), s in status.items() if t == "HumanEval/1"} == {"timeout"}
     assert {s for (t, _), s in status.items() if t == "HumanEval/2"} == {"crashed"}
-    assert all(s in he.sandbox.STATUSES for s in status.values())
+    assert all(s in sandbox.STATUSES for s in status.values())
     rows = report["rows"]
     assert len(rows) == 4 and all(r["n_problems"] == 3 for r in rows)
     assert all(r["pass_at_1"] <= 1 / 3 for r in rows)  # two of the three problems cannot pass
     for r in rows:
-        assert set(he.REQUIRED_ROW_FIELDS) <= set(r)
+        assert set(REQUIRED_ROW_FIELDS) <= set(r)
         assert math.isfinite(r["ms_per_token"]) and r["speedup"] > 0
         if r["method"] == "SpS":
             assert 0 <= r["alpha"] <= 1 and math.isfinite(r["predicted_speedup"])
@@ -326,7 +335,7 @@ def test_bench_prediction_uses_the_measured_scoring_cost():
              "calls_by_drafted": [0] * 9 + [7]},
             {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 0, 0, 1]},
             {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 1, 0, 1]}]
-    he.add_bench_prediction(rows, {"score_ratio": {4: 2.0}})
+    add_bench_prediction(rows, {"score_ratio": {4: 2.0}})
     # Leviathan Eq. 1: (1 - 0.5^5) / (1 - 0.5) = 1.9375 tokens per loop, for 4 * 0.01 + 2.0 decode steps
     assert rows[1]["predicted_speedup_bench"] == pytest.approx(1.9375 / 2.04)
     assert rows[0]["predicted_speedup_bench"] == 1.0 and rows[2]["predicted_speedup_bench"] is None
@@ -337,7 +346,7 @@ def test_bench_prediction_uses_the_measured_scoring_cost():
 
 def test_bench_prediction_treats_a_scoring_cost_below_one_as_one():
     rows = [{"draft": "neural", "K": 1, "alpha": 0.4, "c": 0.05, "calls_by_drafted": [0, 3]}]
-    he.add_bench_prediction(rows, {"score_ratio": {1: 0.94}})
+    add_bench_prediction(rows, {"score_ratio": {1: 0.94}})
     assert rows[0]["predicted_speedup_bench"] == pytest.approx(float(speedup.walltime_improvement_measured(0.4, 1, 0.05, 1.0)))
 
 
@@ -345,7 +354,7 @@ def test_records_stored_before_draft_lengths_were_counted_count_every_call_at_K(
     new = RunStats(tokens=9, loops=3, draft_calls=6, n_drafted=6, n_accepted=5, n_examined=6, calls_by_drafted=[1, 0, 2])
     old = {k: v for k, v in RunStats(tokens=8, loops=4, draft_calls=8, n_drafted=8, n_accepted=4,
                                      n_examined=6).counts().items() if k != "calls_by_drafted"}
-    total, n, passed = he.aggregate([{**new.counts(), "status": "passed"}, old], 2)
+    total, n, passed = aggregate([{**new.counts(), "status": "passed"}, old], 2)
     assert (n, passed) == (2, 1) and total.loops == 7 and total.calls_by_drafted == [1, 0, 2 + 4]
 
 
@@ -360,9 +369,9 @@ def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path,
     decide whether one does, so the test makes it pay with a free draft; test_demo_trees covers none paying)."""
     tree_pays = True
     monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
-    choose = he.demo.choose_tree
-    monkeypatch.setattr(he.demo, "choose_tree", lambda pilot, base, costs, chain: choose(
-        he.demo.Result(**{**pilot.__dict__, "stats": types.SimpleNamespace(
+    choose = demo.choose_tree
+    monkeypatch.setattr(demo, "choose_tree", lambda pilot, base, costs, chain: choose(
+        demo.Result(**{**pilot.__dict__, "stats": types.SimpleNamespace(
             draft_ms_per_call=0.0 if tree_pays else 1e6)}), base, costs, chain))
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]

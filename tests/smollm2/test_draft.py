@@ -289,9 +289,9 @@ def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
 
 @pytest.mark.slow  # reads the training corpus, about 5 s
 def test_training_data_never_includes_humaneval(smollm2):
-    from specref.apps import humaneval as he
+    from specref.apps.humaneval.problems import load_problems
     functions = td.stdlib_functions(0)
-    prompts = {p.prompt.strip()[:80] for p in he.load_problems(progress=lambda *a: None)}
+    prompts = {p.prompt.strip()[:80] for p in load_problems(progress=lambda *a: None)}
     assert len(functions) > 1000
     assert not any(source.strip()[:80] in prompts for source, _ in functions)
     train, held = td.split(functions)
@@ -402,9 +402,9 @@ ALPHA_TOL = 0.14
 @pytest.fixture(scope="module")
 def humaneval_texts(smollm2):
     """(tokens, first) per problem: prompt + canonical solution, and the position of the solution's first token."""
-    from specref.apps import humaneval as he
+    from specref.apps.humaneval.problems import load_problems
     texts = []
-    for problem in he.load_problems(progress=lambda *a: None)[:FLOOR_PROBLEMS]:
+    for problem in load_problems(progress=lambda *a: None)[:FLOOR_PROBLEMS]:
         first = len(smollm2.tokenizer.encode(problem.prompt))
         texts.append((np.array(smollm2.tokenizer.encode(problem.prompt + problem.canonical_solution)), first))
     return texts
