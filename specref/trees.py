@@ -9,7 +9,7 @@ prefix (the root is the prefix's last token) is
     depth of a node    0 for a child of the root (its RoPE position is the prefix's length + depth)
     depth of a tree    the nodes on its longest path: the most drafts one call can accept
     children mode      how a node's children are drawn ("topk", "iid", "without_replacement"),
-                       which fixes the verifier that is exact for them (TREE_VERIFIERS)
+                       which fixes the verifier that is exact for them (`specref.verifiers`)
 A chain of K drafts is the tree with parents [-1, 0, ..., K-2].
 
 A model may offer `model.score_tree(tokens, tree_tokens, parents) -> [N+1, V]`, all the rows in one
@@ -29,12 +29,11 @@ from typing import Callable
 
 import numpy as np
 
-from specref import mrs, mrs_tree
+from specref import mrs, verifiers
 from specref.protocol import check_tokens, keep_path, next_distributions
 
-# How a node's children are drawn (`draw_children`), and the tree verifier that is exact for each.
-TREE_VERIFIERS = {"topk": mrs_tree.verify_tree_topk, "iid": mrs_tree.verify_tree_mss,
-                  "without_replacement": mrs_tree.verify_tree_rrs}
+# How a node's children can be drawn (`draw_children`); each has its exact verifier (`verifiers.for_children`).
+CHILDREN = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.TREES)  # "topk", "iid", "without_replacement"
 
 
 # ---------------------------------------------------------------- the shape of a tree
@@ -185,8 +184,7 @@ class Tree:
 
     def __post_init__(self):
         _, parents = check_tree(np.zeros(len(self.parents), np.int64), np.asarray(self.parents, np.int64))
-        if self.children not in TREE_VERIFIERS:
-            raise ValueError(f"children must be one of {', '.join(TREE_VERIFIERS)}, got {self.children!r}")
+        verifiers.for_children(self.children)  # ValueError unless a verifier is exact for this way of drawing
         object.__setattr__(self, "parents", tuple(int(j) for j in parents))
         if not self.name:
             object.__setattr__(self, "name", ",".join(map(str, self.parents)))
@@ -232,8 +230,8 @@ class Tree:
 
     @property
     def verifier(self) -> Callable:
-        """The tree verifier that is exact for children drawn this tree's way (`TREE_VERIFIERS`)."""
-        return TREE_VERIFIERS[self.children]
+        """The tree verifier that is exact for children drawn this tree's way (`verifiers.for_children`)."""
+        return verifiers.for_children(self.children).function
 
     def with_children(self, children: str) -> "Tree":
         """The same shape with children drawn another way."""
@@ -269,7 +267,7 @@ def draw_children(p: np.ndarray, width: int, children: str, rng: np.random.Gener
             out.append(mrs.sample(left, rng))
             left[out[-1]] = 0.0
         return out
-    raise ValueError(f"children must be one of {', '.join(TREE_VERIFIERS)}, got {children!r}")
+    raise ValueError(f"children must be one of {', '.join(CHILDREN)}, got {children!r}")
 
 
 def draft_tree(draft_model, x: np.ndarray, tree: Tree, rng: np.random.Generator

@@ -23,9 +23,9 @@ import argparse
 import json
 import resource
 
+from specref import verifiers
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, VERIFY_TREE, measure_costs
-from specref.trees import TREE_VERIFIERS
 from specref.files import write_text
 from specref.fast import fast_model, load_fast
 
@@ -60,7 +60,7 @@ def format_table(costs: dict) -> str:
         lines.append(row(f"score a tree of {N} nodes / decode", f"{r:.2f}", spread=costs["tree_score_ratio_rounds"][N])
                      + peer)
     for children, ms in costs.get("verify_tree_ms", {}).items():
-        name = TREE_VERIFIERS[children].__name__
+        name = verifiers.for_children(children).function.__name__
         fraction = costs["verify_tree_fraction"][children]
         lines.append(row(f"{name}, {VERIFY_TREE} = 16 nodes (ms)", f"{ms:.2f}"))
         lines.append(row(f"{name} / decode", f"{100 * fraction:.2f}%", f"< {100 * TARGETS['verify_tree_fraction']:.0f}%",
@@ -112,7 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"draft tokens per loop in the workloads, 1 to {options.MAX_K} (default 4)")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=96,
                         help=f"tokens per workload run, 1 to {options.CONTEXT_LENGTH - 1} (default 96)")
-    parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
+    parser.add_argument("--verify", choices=verifiers.CHAINS, default="token",
                         help="the workloads' SpS verifier: token (default) or block (block verification)")
     parser.add_argument("--replan", action="store_true",
                         help="measure this machine's plan for multiplying by the weights again (about half a "

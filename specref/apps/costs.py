@@ -17,7 +17,7 @@ Medians over repeats, on the real model:
 - `tree_score_ratio`: N -> (time to score a tree of N nodes in one call, `SmolLM2.score_tree`, with
   the root's token not cached yet, as in speculative sampling) / (one decode step), N in TREE_SIZES,
   timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
-- `verify_tree_ms`: children -> one call of that tree verifier (`specref.trees.TREE_VERIFIERS`)
+- `verify_tree_ms`: children -> one call of that tree verifier (`specref.verifiers.for_children`)
   on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
 """
@@ -27,8 +27,9 @@ import time
 
 import numpy as np
 
+from specref import verifiers
 from specref.mrs import verify, verify_block
-from specref.trees import TREE_VERIFIERS, Tree, draw_children
+from specref.trees import CHILDREN, Tree, draw_children
 from specref.smollm2.model import SmolLM2
 from specref.fast.kernels import PANEL, from_panels, to_panels
 from specref.fast.machine import cores
@@ -177,10 +178,10 @@ def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
 
 
 def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int = 51) -> float:
-    """Median ms of one call of the tree verifier for `children` (`specref.trees.TREE_VERIFIERS`) on softmax
+    """Median ms of one call of the tree verifier for `children` (`specref.verifiers.for_children`) on softmax
     rows of size V, on the tree `tree` with its children drawn from those rows that verifier's way."""
     rng = np.random.default_rng(0)
-    shape = Tree.parse(tree, children)
+    shape, verify = Tree.parse(tree, children), verifiers.for_children(children).function
     times = []
     for _ in range(repeats):
         p, q = _softmax_rows(rng, shape.size + 1, V), _softmax_rows(rng, shape.size + 1, V)  # [N+1, V] each
@@ -191,7 +192,7 @@ def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int 
                 tokens[kids] = draw_children(p[row], len(kids), children, rng)
         parents = np.array(shape.parents)
         t = time.perf_counter()
-        TREE_VERIFIERS[children](tokens, parents, p, q, rng)
+        verify(tokens, parents, p, q, rng)
         times.append(time.perf_counter() - t)
     return 1e3 * float(np.median(times))
 
@@ -228,7 +229,7 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "tree_score_ratio": {N: ms / decode for N, ms in median_ms(tree_rounds).items()},
         "tree_score_ratio_rounds": {N: quartiles(np.array(v) / per_round_decode) for N, v in tree_rounds.items()},
         "verify_tree_ms": (tree_ms := {children: verify_tree_ms(model.config.vocab_size, children)
-                                       for children in TREE_VERIFIERS}),
+                                       for children in CHILDREN}),
         "verify_tree_fraction": {children: ms / decode for children, ms in tree_ms.items()},
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),

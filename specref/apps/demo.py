@@ -43,17 +43,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from specref import speedup
+from specref import speedup, verifiers
 from specref.apps import options
 from specref.apps.costs import scoring_and_stream_ms
 from specref.apps.named_drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
-from specref.apps.timing import VERIFIERS, timed_generation
+from specref.apps.timing import timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.runstats import RunStats
 from specref.sampling import Step
-from specref.trees import TREE_VERIFIERS, Tree
+from specref.trees import Tree
 from specref.warps import Warp
 
 # A request whose answer reuses the prompt's text (Leviathan 3.6: copying from the context
@@ -89,7 +89,7 @@ class Result:
     top_p: float | None
     tokens: list[int]  # generated tokens up to and including eos (prompt excluded)
     stats: RunStats  # counts and times of the sampling loop
-    verify: str = "token"  # the SpS verifier (options.VERIFIERS); "-" for ArS
+    verify: str = "token"  # the SpS verifier (a chain verifier's name in specref.verifiers); "-" for ArS
     expected_token: float = float("nan")  # token-level verification's expected tokens per call on these drafts
     expected_block: float = float("nan")  # block verification's, on the same drafts and rows
     speedup: float = float("nan")  # over ArS with the same warp, same run
@@ -120,7 +120,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
                     neural=lambda: shipped_draft(model)) \
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
-    expected = ExpectedTokens(VERIFIERS[verify])
+    expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
     profile = TreeProfile(tree.children) if tree is not None else None
     stats = timed_generation(np.array(prompt_ids), model, draft, tree.size if tree else K,
                              Warp(temperature, None, top_p), max_new_tokens,
@@ -322,7 +322,7 @@ class TreeProfile:
     at the root.  `seconds` is the time spent computing them (a timed run subtracts it: it is not sampling)."""
 
     def __init__(self, children: str):
-        self.children, self.verify = children, TREE_VERIFIERS[children]
+        self.children, self.verify = children, verifiers.for_children(children).function
         self.sums, self.calls, self.deeper, self.seconds = [], 0, [], 0.0
 
     def __call__(self, tokens, parents, p, q, rng):
@@ -520,7 +520,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nucleus mass in (0, 1] for sampled runs (default 0.95)")
     parser.add_argument("--draft", choices=options.known_drafts() + ("all",), default=None,
                         help="draft model (default: prompt-lookup and neural+lookup, the draft trained here)")
-    parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
+    parser.add_argument("--verify", choices=verifiers.CHAINS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification)")
     parser.add_argument("--tree", type=options.tree, default=None,
                         help="also run SpS with this tree of drafts for every draft: children per depth like 2x1, "

@@ -79,9 +79,6 @@ MAX_NEW_TOKENS = integer(1, CONTEXT_LENGTH - 1)  # the prompt takes at least one
 SEED = integer(0)  # numpy.random.default_rng takes non-negative integers
 TEMPERATURE = real(0.0)  # 0 = greedy
 TOP_P = real(0.0, 1.0, low_open=True)  # nucleus mass; 1 keeps every token
-# Verifiers (--verify): "token" is Chen's Algorithm 2 (specref.mrs.verify), "block" is block
-# verification (specref.mrs.verify_block); specref.apps.timing.VERIFIERS maps them to functions.
-VERIFIERS = ("token", "block")
 
 
 def tree(value: str) -> str:

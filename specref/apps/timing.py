@@ -21,8 +21,6 @@ from specref.sampling import Step, autoregressive_sampling, speculative_sampling
 from specref.trees import Tree, tree_distributions
 from specref.warps import Warp, Warped
 
-# --verify's names (specref.apps.options.VERIFIERS) and the exact verifiers they select.
-VERIFIERS = {"token": mrs.verify, "block": mrs.verify_block}
 
 
 class Timed:

@@ -71,6 +71,7 @@ import json
 import pathlib
 import sys
 
+from specref import verifiers
 from specref.fast import load_fast
 from specref.apps import options, sandbox
 from specref.apps.costs import measure_costs
@@ -105,7 +106,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"the longest match of the prompt-lookup drafts ({', '.join(LOOKUP_DRAFTS)}), 1 to 64 "
                              f"(default {PROMPT_LOOKUP_N}, which every stored result before this option used; "
                              f"elsewhere the adaptive draft matches up to 8)")
-    parser.add_argument("--verify", choices=options.VERIFIERS, default="token",
+    parser.add_argument("--verify", choices=verifiers.CHAINS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification); "
                              "stored results are kept apart per verifier")
     parser.add_argument("--json", type=options.output_file(parents=True, suffix_not=".jsonl"), default=None,

@@ -15,12 +15,13 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from specref import verifiers
 from specref.apps import sandbox
 from specref.apps.demo import TREE_VERIFY, TreeProfile
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, Problem,
                                              check_completion, truncate_at_stop)
 from specref.apps.named_drafts import DRAFTS, LOOKUP_DRAFTS, by_name
-from specref.apps.timing import VERIFIERS, timed_generation
+from specref.apps.timing import timed_generation
 from specref.proof.stats import ExpectedTokens
 from specref.runstats import RunStats
 from specref.trees import Tree
@@ -96,7 +97,7 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
 
     # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
     # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
-    expected = ExpectedTokens(VERIFIERS[verify])
+    expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
     profile = TreeProfile(method.children) if method.tree else None
     stats = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
                              method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done,

@@ -1,0 +1,54 @@
+"""The verifiers specref knows, one row each: the registry every list of verifiers reads.
+
+A row gives a verifier's name (the one name the commands, the reports and the docs use), its function,
+the drafts it is exact for, and the label a report gives it.  The drafts are "chain" (K drafts, each
+drawn from its own row, as in Chen's Algorithm 2) or, for a tree verifier, how each node's children are
+drawn (`specref.trees.draw_children`'s mode): each tree verifier is exact only for its own way.
+
+The proofs attach the rest by the same names, because the core does not import them: the exact law of
+one call (`specref.proof.laws.CORRECT`, `specref.proof.tree.ALGORITHMS`) and the known bugs
+(`specref.proof.bugs`).  A test checks that every name here has both.  docs/package.md ("Where to
+add") lists the files a new verifier touches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from specref import mrs, mrs_tree
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """One verifier: what it is called, what it runs, which drafts it is exact for."""
+
+    name: str  # "token", "block", "tree-topk", ...: the --verify / --algorithm value and the reports' name
+    function: Callable  # mrs.verify's contract for a chain, mrs_tree.verify_tree_*'s for a tree
+    drafts: str  # "chain", or the children mode its trees are drawn with ("topk", "iid", "without_replacement")
+    label: str  # what a report calls it
+
+    @property
+    def is_tree(self) -> bool:
+        return self.drafts != "chain"
+
+
+REGISTRY = {v.name: v for v in (
+    Verifier("token", mrs.verify, "chain", "token-level verification"),
+    Verifier("block", mrs.verify_block, "chain", "block verification"),
+    Verifier("tree-topk", mrs_tree.verify_tree_topk, "topk", "tree verification, deterministic top-k children (tree-topk)"),
+    Verifier("tree-mss", mrs_tree.verify_tree_mss, "iid", "tree verification, i.i.d. children (tree-mss, SpecInfer)"),
+    Verifier("tree-rrs", mrs_tree.verify_tree_rrs, "without_replacement",
+             "tree verification, children without replacement (tree-rrs)"),
+)}
+CHAINS = tuple(name for name, v in REGISTRY.items() if not v.is_tree)  # ("token", "block")
+TREES = tuple(name for name, v in REGISTRY.items() if v.is_tree)  # ("tree-topk", "tree-mss", "tree-rrs")
+
+
+def for_children(children: str) -> Verifier:
+    """The tree verifier that is exact for children drawn the way `children` says; ValueError if none is."""
+    for v in REGISTRY.values():
+        if v.is_tree and v.drafts == children:
+            return v
+    modes = ", ".join(REGISTRY[name].drafts for name in TREES)
+    raise ValueError(f"children must be one of {modes}, got {children!r}")
