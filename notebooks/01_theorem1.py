@@ -41,7 +41,8 @@ from fractions import Fraction as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 from specref import mrs, sampling
 from specref.lessons import plots
 from specref.lessons.quick import quick_mode
@@ -162,7 +163,7 @@ print(f"chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
 # A target and a draft that are Markov chains over 3 tokens (`specref.proof.stats.MarkovChain`): every sequence of
 # $N = 3$ new tokens has a known probability (`stats.sequence_law`). SpS with $K = 2$ must reproduce it; the same
 # test on a variant that draws the bonus token from the wrong row, $q[K-1]$ instead of $q[K]$
-# (`specref.proof.broken.bonus_wrong_row`), must fail.
+# (`specref.proof.bugs.broken.bonus_wrong_row`), must fail.
 
 # %%
 V, N, K = 3, 3, 2

@@ -34,7 +34,7 @@
 # and deliberately broken samplers; how often a correct sampler fails (the false-alarm rate); and how large a bug
 # must be to be caught (the power). Letters are Chen et al.'s: `p` = draft, `q` = target, `K` = draft tokens per
 # call. The machinery is `specref.proof.stats` and `specref.proof.power`; the broken samplers are
-# `specref.proof.broken`.
+# `specref.proof.bugs.broken`.
 
 # %%
 from collections import Counter
@@ -48,7 +48,8 @@ from specref import mrs, sampling
 from specref.lessons import plots
 from specref.lessons.progress import Progress
 from specref.lessons.quick import quick_mode
-from specref.proof import broken, pipeline, power, shipped, stats
+from specref.proof import pipeline, power, stats
+from specref.proof.bugs import broken, shipped
 
 QUICK = quick_mode()
 print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the full sizes" if QUICK else "full sizes")
@@ -188,7 +189,7 @@ show("verify", chi_square(counts, law), stats.chi_square_gof(counts, law))
 # ## 4. Correct samplers pass, broken ones fail
 #
 # A test that passes every sampler proves nothing, so each test runs beside its **negative controls**: samplers
-# broken on purpose in ways real implementations were broken (`specref.proof.broken`; docs/shipped_bugs.md). The
+# broken on purpose in ways real implementations were broken (`specref.proof.bugs.broken`; docs/shipped_bugs.md). The
 # same draws, the same test: the correct sampler must pass and the broken ones must fail.
 #
 # ### One token: `mrs` on sharp and degenerate cases
@@ -445,7 +446,7 @@ print(f"{'any direction':28s} {'':7} {'':14} " + " ".join(f"{any_direction_tv(se
 
 # %% [markdown]
 # Read a row as: at $n$ calls this test sees, with 95% power, a deviation of that total variation in the direction
-# of that bug ("not even at $e = 1$": the bug itself is smaller than that). The bugs of `specref.proof.broken` are
+# of that bug ("not even at $e = 1$": the bug itself is smaller than that). The bugs of `specref.proof.bugs.broken` are
 # large (TV 0.06 to 0.8), and a few hundred to a thousand calls catch each of them. Those that produce an output
 # the correct law forbids (`resample_from_q`, `no_bonus`, ...) are seen in far smaller doses than the others: one
 # forbidden output fails the test, whatever the statistic says.

@@ -42,7 +42,8 @@ import numpy as np
 from specref import mrs, sampling
 from specref.lessons import exercises
 from specref.lessons.quick import quick_mode
-from specref.proof import broken, lossy, power, stats
+from specref.proof import power, stats
+from specref.proof.bugs import broken, lossy
 from specref.runstats import RunStats
 
 QUICK = quick_mode()
@@ -285,7 +286,7 @@ for name, f in (("verify (token-level)", mrs.verify), ("verify_block", mrs.verif
 #   $\min(1, q(x) / (l\, p(x)))$ for a lenience $0 < l \le 1$, otherwise exactly `verify`. $l = 1$ is exact; smaller
 #   $l$ keeps more drafts, and what survives of the guarantee is only that no token comes out with probability
 #   above $q(x)/l$ at any position.
-# - **Typical acceptance** (Medusa; `specref.proof.lossy.verify_typical`, kept out of `mrs.py`): keep a draft when
+# - **Typical acceptance** (Medusa; `specref.proof.bugs.lossy.verify_typical`, kept out of `mrs.py`): keep a draft when
 #   the target gives it more than $\min(\epsilon, \delta\, e^{-H(q)})$, never looking at $p$; after the first draft
 #   not kept, draw from $q$. Medusa's defaults are $\epsilon = 0.09$, $\delta = 0.3$; below, both scaled by a
 #   factor $c$.
@@ -347,4 +348,4 @@ plt.show()
 # a loose threshold (small $c$) keeps more, far from the target's law; a very strict one keeps nothing and draws
 # every token from $q$: exact again, one token a call. The chi-square of section 5 rejects both lossy rules.
 # `mrs.verify_lenient` is in the library for whoever takes the trade knowingly (its docstring says LOSSY); typical
-# acceptance is kept out of `mrs.py`, in `specref/proof/lossy.py`, only to show that the tests catch it.
+# acceptance is kept out of `mrs.py`, in `specref/proof/bugs/lossy.py`, only to show that the tests catch it.

@@ -7,7 +7,7 @@ False alarms: `conform.check` on mrs.verify (token) and mrs.verify_block (block)
 conform.FAMILY_LEVEL = 1e-3 by Bonferroni); since 1e-3 cannot be resolved with a few dozen runs,
 the p-values of every chi-square check are pooled and their uniformity is tested too (fraction
 below 0.05 and 0.01, Kolmogorov-Smirnov).  Power: every known bug (conform.KNOWN_BUGS: the bugs
-of specref.proof.broken and lossy.LOSSY, each sampled, checked as each algorithm whose diagnosis knows
+of specref.proof.bugs.broken and lossy.LOSSY, each sampled, checked as each algorithm whose diagnosis knows
 them, and each exact verifier checked as the other algorithm) with seeds 20000, ...: the fraction
 of runs that fail, and the fraction whose run-level diagnosis names the bug.  The exact tier is deterministic
 (no seed reaches it), so it is left out of the false-alarm runs and kept in the power runs.

@@ -36,7 +36,8 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from specref.proof import broken, power, stats
+from specref.proof import power, stats
+from specref.proof.bugs import broken
 from specref.proof.stats import total_variation
 from specref.warps import Warped
 

@@ -29,7 +29,8 @@ from scipy import stats as sps
 import tests.core.test_mrs as tm
 import tests.core.test_mrs_block as tb
 import tests.core.test_sampling as ts
-from specref.proof import broken, conform, lossy, stats
+from specref.proof import conform, stats
+from specref.proof.bugs import broken, lossy
 from specref import mrs
 
 

@@ -3,7 +3,7 @@
     python3 -m tools.pipeline_large_n fit FIRST LAST [--json out.json]    # one-sample fits, seeds FIRST..LAST-1
     python3 -m tools.pipeline_large_n pairs FIRST LAST [--json out.json]  # two-sample checks, seeds FIRST..LAST-1
 
-Both use two-token sequences (`pipeline.Toy(L=2)`) and n = the sample size computed for 95% power
+Both use two-token sequences (`toy.Toy(L=2)`) and n = the sample size computed for 95% power
 against `Bf16Draft(L=2)` (36 962 304).  `fit`: each seed's generate (speculative) and plain samples
 against the exact law, Pearson's chi-square over the 7 possible sequences, and the statistics summed
 over seeds (a bias too small for one run adds up there).  `pairs`: `check_pipeline` on the correct
@@ -19,7 +19,8 @@ from scipy import stats as sps
 
 from specref.files import write_text
 from specref.proof import pipeline as P
-from specref.proof import stats
+from specref.proof import stats, toy
+from specref.proof.bugs import shipped
 
 
 def main() -> int:
@@ -31,8 +32,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.last <= args.first:
         ap.error(f"LAST must be above FIRST (seeds FIRST..LAST-1), got {args.first} and {args.last}")
-    t = P.Toy(L=2)
-    n = P.samples_to_see(P.Bf16Draft(L=2).law(), t.plain_law(), 0.95)
+    t = toy.Toy(L=2)
+    n = P.samples_to_see(shipped.Bf16Draft(L=2).law(), t.plain_law(), 0.95)
     out = {"n": n, "first_seed": args.first, "last_seed": args.last - 1}
     if args.what == "pairs":
         out["pvalues"] = P.pvalues(t, n, args.last - args.first, args.first, lambda line: print(line, flush=True))

@@ -1,4 +1,4 @@
-"""Power of the conformance checker against the bugs that shipped (specref.proof.shipped): computed and measured.
+"""Power of the conformance checker against the bugs that shipped (specref.proof.bugs.shipped): computed and measured.
 
     python3 -m tools.shipped_power                      # the table: TV, run power, sample size for 95% power
     python3 -m tools.shipped_power --measure 3          # + detection rate at the default sizes, 3 fresh seeds each
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from specref.proof import conform, power, shipped, stats
+from specref.proof import conform, power, stats
+from specref.proof.bugs import shipped
 
 
 def _fmt_n(n: float) -> str:

@@ -1,7 +1,7 @@
 """`python -m specref conform MODULE:FUNCTION`: check someone's speculative-sampling verifier against the suite's proofs.
 
     python -m specref conform specref.mrs:verify                          # passes
-    python -m specref conform specref.proof.broken:resample_from_q        # fails, diagnosed
+    python -m specref conform specref.proof.bugs.broken:resample_from_q        # fails, diagnosed
     python -m specref conform mypkg.spec:verify --log-probs --rng seed    # through the adapter
     python -m specref conform path/to/file.py:verify --algorithm block
     python -m specref conform specref.mrs:verify_tree_mss --algorithm tree-mss  # a tree verifier

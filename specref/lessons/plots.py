@@ -22,7 +22,8 @@ import platform
 import numpy as np
 
 from specref import mrs, sampling, speedup
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 
 
 def machine_label() -> str:
@@ -203,7 +204,7 @@ def simulate_expected_tokens(alphas, gammas, loops: int, seed: int = 0) -> dict:
 
 def power_case() -> tuple[np.ndarray, np.ndarray]:  # -> p [2, 3], q [3, 3]
     """The verify case of the power study: K = 2 drafts over V = 3 tokens, chosen so that
-    every bug of specref.proof.broken changes the law: alpha = 0.9 at both positions (the bonus
+    every bug of specref.proof.bugs.broken changes the law: alpha = 0.9 at both positions (the bonus
     token is common), and the bonus row q[2] differs from q[1]."""
     p = np.array([[0.5, 0.3, 0.2],
                   [0.2, 0.5, 0.3]])
@@ -214,7 +215,7 @@ def power_case() -> tuple[np.ndarray, np.ndarray]:  # -> p [2, 3], q [3, 3]
 
 
 def verify_samplers() -> dict:
-    """The correct verify and every broken variant of specref.proof.broken, by name."""
+    """The correct verify and every broken variant of specref.proof.bugs.broken, by name."""
     return {"verify (correct)": mrs.verify, **broken.BROKEN}
 
 
@@ -286,7 +287,7 @@ def chi_square_power_tests(n_hist: int, reps_hist: int, ns, reps_power: int) -> 
 
 
 def plot_chi_square_power(fig, n_hist: int, reps_hist: int, ns, reps_power: int, on_test=None):
-    """Into `fig`: one p-value histogram per sampler (correct verify, then specref.proof.broken) on
+    """Into `fig`: one p-value histogram per sampler (correct verify, then specref.proof.bugs.broken) on
     `power_case()`, and below them the power curves.  Returns (p-values by name, power by name).
     `on_test()`, if given, is called after each chi-square test (progress)."""
     p, q = power_case()

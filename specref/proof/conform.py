@@ -34,7 +34,7 @@ correct verifier.  The seed is fixed (default 0), so a run is reproducible;
 `python3 -m tools.conform_false_alarm` measures the rate over fresh seeds.
 
 Tree verifiers (`check(f, algorithm="tree-topk" | "tree-mss" | "tree-rrs")`, or `check_tree`): the contract
-of `mrs.verify_tree_topk`, `verify_tree_mss` and `verify_tree_rrs`, (tokens [N], parents [N], p [N+1, V],
+of `mrs_tree.verify_tree_topk`, `verify_tree_mss` and `verify_tree_rrs`, (tokens [N], parents [N], p [N+1, V],
 q [N+1, V], rng) -> the accepted path and one more token.  The checker draws every tree itself, the way
 the algorithm assumes (specref.proof.tree.ALGORITHMS[...]: the draft's top-k, i.i.d. children, children
 without replacement in drawing order), and runs the same tiers: the vectors of tree_vectors.json and
@@ -51,7 +51,7 @@ with the samples from which it counts as a test; the run is then INCOMPLETE (`re
 false, the command's exit status 3), never a pass, and the coverage line leaves the check out.
 
 Diagnosis: when a one-call check fails, its counts are compared with the exact laws of known bugs
-(`SIGNATURES`: the `broken.Bug`s of `specref.proof.broken` and `lossy.LOSSY`, and the other
+(`SIGNATURES`: the `broken.Bug`s of `specref.proof.bugs.broken` and `lossy.LOSSY`, and the other
 algorithm).  The bug under which the counts are most likely names the failure if it is more likely
 than the correct law and than every other bug by a factor of at least e^LOG_MARGIN and the counts
 also fit it (chi-square p above FIT_LEVEL); the total variation to it and to the correct law is
@@ -70,8 +70,9 @@ from typing import Callable
 
 import numpy as np
 
-from specref import mrs, sampling
-from specref.proof import broken, lossy, pipeline, power, shipped, stats, tree, tree_vectors, vectors
+from specref import mrs, mrs_tree, sampling, trees
+from specref.proof import pipeline, power, stats, tree, tree_vectors, vectors
+from specref.proof.bugs import broken, lossy, shipped
 from specref.proof.cases import (CORRECT, LARGE_V, N_CALLS, N_LARGE_V, N_SEQUENCES, SEQ_K, Case,  # noqa: F401
                                  accepted_count_case, cases)
 from specref.proof.cases import (TREE_N_SEQUENCES, TREE_SEQ_WIDTHS, TreeCase, TreeSetting, tree_call_law,  # noqa: F401
@@ -88,7 +89,7 @@ FIT_LEVEL = 1e-6
 # Probability given to an outcome a law calls impossible, in the log-likelihood (log 1e-12 = -27.6).
 FLOOR = 1e-12
 ALGORITHMS = ("token", "block")
-# Tree verifiers (`mrs.verify_tree_*`'s contract), each checked on trees drawn its way: `check_tree`.
+# Tree verifiers (`mrs_tree.verify_tree_*`'s contract), each checked on trees drawn its way: `check_tree`.
 TREE_ALGORITHMS = tuple(tree.ALGORITHMS)  # "tree-topk", "tree-mss", "tree-rrs"
 # What a run checks its function as, in the report's first line.
 CHECKED_AS = {"token": "token-level verification", "block": "block verification",
@@ -171,7 +172,7 @@ def adapt(function: Callable, adapter: Adapter = Adapter()) -> Callable:
 # law for fixed drafts, law(x_draft, p, q) -> {output: probability}, summed over the drafts by
 # stats.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
 # wrong about the other.
-# (Defined in specref.proof.shipped, whose gallery uses TOKEN_LEVEL for vllm-ascend #7807.)
+# (Defined in specref.proof.bugs.shipped, whose gallery uses TOKEN_LEVEL for vllm-ascend #7807.)
 TOKEN_LEVEL, BLOCK = shipped.TOKEN_LEVEL, shipped.BLOCK
 # The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
 SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
@@ -180,7 +181,7 @@ SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
 # as each algorithm whose diagnosis knows it ("name/algorithm" -> (bug, algorithm)):
 # tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
 KNOWN_BUGS = {f"{bug.name}/{algorithm}": (bug, algorithm) for algorithm in ALGORITHMS for bug in SIGNATURES[algorithm]}
-# The one-call diagnosis also knows the single-call forms of the bugs that shipped (specref.proof.shipped,
+# The one-call diagnosis also knows the single-call forms of the bugs that shipped (specref.proof.bugs.shipped,
 # docs/shipped_bugs.md; those already among SIGNATURES once); the exact-tier edge checks name the shipped
 # edge-case bugs (shipped.edge_signature) in the run's diagnosis.
 DIAGNOSED = {a: SIGNATURES[a] + [b for b in shipped.signatures(a) if b not in SIGNATURES[a]] for a in ALGORITHMS}
@@ -239,7 +240,7 @@ class Report(Verdict):
                f"(this run: {self.scale:g})"
 
     def coverage(self) -> str:
-        """Which bugs that shipped (specref.proof.shipped) a run of these sample sizes catches with at least 95% power:
+        """Which bugs that shipped (specref.proof.bugs.shipped) a run of these sample sizes catches with at least 95% power:
         the edge cases when the exact tier ran, the others by `power.run_power` from exact laws (sequences left out).
         A check that tested nothing (`untested`) counts for nothing."""
         stat = [c for c in self.checks if c.tier == "statistical" and c.samples and c.level]
@@ -699,7 +700,7 @@ def _count_as_test(c: Check, algorithm: str) -> Check:
 
 def _edge_names(report: Report) -> str:
     """The known bugs that the run's failing edge or contract checks are the signature of: the shipped bugs
-    (specref.proof.shipped), and for a tree verifier first its algorithm's own (TREE_EDGE_BUGS)."""
+    (specref.proof.bugs.shipped), and for a tree verifier first its algorithm's own (TREE_EDGE_BUGS)."""
     found = []
     for c in report.failed:
         if report.algorithm in TREE_ALGORITHMS and c.name in TREE_EDGE_BUGS:
@@ -744,7 +745,7 @@ U_MAX = 1.0 - 2.0 ** -53
 
 
 def adapt_tree(function: Callable, adapter: Adapter = Adapter()) -> Callable:
-    """`function` as a tree verifier with `mrs.verify_tree_mss`'s signature: (tokens [N], parents [N], p [N+1, V],
+    """`function` as a tree verifier with `mrs_tree.verify_tree_mss`'s signature: (tokens [N], parents [N], p [N+1, V],
     q [N+1, V], rng) -> tokens [n].  `adapter.batch` adds a leading dimension of 1 to all four arrays; a tree
     verifier returns its tokens (returns="count_and_token" names no path: refused)."""
     if adapter.returns != "tokens":
@@ -768,7 +769,7 @@ def adapt_tree(function: Callable, adapter: Adapter = Adapter()) -> Callable:
 def tree_contract_problem(out, parents, V: int) -> str:  # [n], [N] -> 
     """'' if `out` can be a tree verifier's output for a tree with these parents (1-D, 1 to depth + 1 integer ids in
     [0, V)), else what is wrong.  (Whether the path follows the tree's edges is `WatchedTree`'s to see.)"""
-    depth = tree.depth(np.asarray(parents).tolist())
+    depth = trees.depth(np.asarray(parents).tolist())
     return token_ids_problem(out, V, depth + 1, lambda n: f"returned {n} tokens for a tree of depth {depth} "
                                                          f"(must be 1 to depth + 1 = {depth + 1})")
 
@@ -792,7 +793,7 @@ class GuardedTree:
 def path_problem(out, tokens, parents, q) -> str:  # [n], [N], [N], [N+1, V] -> 
     """'' if out[:-1] walks down the tree's edges from the root (each token a child of the node before) and keeps
     no child the target gives q(x) = 0 in its parent's row, else which of the two it does not."""
-    children = tree.children_of(parents)
+    children = trees.children_of(parents)
     rows = [0]  # the rows of the nodes the path so far may be at (siblings may repeat a token under tree-mss)
     for y in out[:-1]:
         kept = [(row, i) for row in rows for i in children[row] if tokens[i] == y]  # (parent's row, child)
@@ -973,7 +974,7 @@ def _tree_certain_check(verifier, algorithm: str, rng) -> Check:
     if algorithm == "tree-topk":  # q's mass on each node's two children (the top 2 of p), and nothing else
         for d in range(len(widths)):
             target[d] = 0.0
-            target[d, tree.draw_children("topk", dense[d], 2, rng)] = [0.25, 0.75]
+            target[d, trees.draw_children(dense[d], 2, "topk", rng)] = [0.25, 0.75]
 
     def draft_row(path):  # the rows depend on the depth only
         return dense[len(path)]
@@ -1002,7 +1003,7 @@ def check_tree(function: Callable, adapter: Adapter = Adapter(), algorithm: str 
                scale: float = 1.0, call_limit: float = CALL_LIMIT, time_limit: float = RUN_LIMIT) -> Report:
     """Run every check on `function` (through `adapter`) as a tree verifier of `algorithm` (TREE_ALGORITHMS).
 
-    Requires: function behaves like specref.mrs.verify_tree_topk, verify_tree_mss or verify_tree_rrs (tokens [N],
+    Requires: function behaves like specref.mrs_tree.verify_tree_topk, verify_tree_mss or verify_tree_rrs (tokens [N],
     parents [N], p [N+1, V], q [N+1, V], rng -> the accepted path's tokens, then one more) once `adapter` is
     applied.  The checker draws every tree the way the algorithm assumes (tree.ALGORITHMS[algorithm].children:
     the draft's top-k, i.i.d. draws, draws without replacement; siblings in drawing order).  Tiers as `check`:

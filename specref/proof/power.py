@@ -28,7 +28,8 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import cases, shipped, stats, tree
+from specref.proof import cases, stats, tree
+from specref.proof.bugs import shipped
 from specref.proof.stats import total_variation
 
 

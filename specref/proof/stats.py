@@ -227,7 +227,7 @@ def token_call_law(x_draft, p, q, ratio=None, resample=None, bonus_row=None, pro
     min(1, q_t(x_t) / p_t(x_t)); at the first rejection one token from max(0, q_t - p_t) (q_t where that is
     all zero); if every draft is kept, the bonus token from q_K.  [K], [K][V], [K+1][V] -> law.
 
-    Each of the four pieces can be swapped (the bugs of `specref.proof.broken` and the lossy rules do):
+    Each of the four pieces can be swapped (the bugs of `specref.proof.bugs.broken` and the lossy rules do):
     ratio(p_t, q_t, x), kept with probability min(1, ratio); resample(p_t, q_t, x), the weights drawn
     from after rejecting x; bonus_row(K), the row of the bonus token (None: no bonus); propose(p_t, x),
     the token verified in place of the draft x.

@@ -99,7 +99,7 @@ def mismatches(doc: dict, module=mrs, only: str | None = None, replay=replay, ex
     """One line per vector whose replay on `module` differs from its recorded output (or raises); [] if all match.
 
     `module` is specref.mrs, a copy of it, or any object with its functions (for instance a
-    namespace holding a broken `verify` from specref.proof.broken); `only` limits the replay
+    namespace holding a broken `verify` from specref.proof.bugs.broken); `only` limits the replay
     to the vectors of one function.  `replay(case, module)` and `expected(case)` give what the
     replay returned and what was recorded (specref.proof.tree_vectors passes its own).
     """

@@ -70,10 +70,10 @@ def test_exit_status_and_json(monkeypatch, capsys, tmp_path, passed, status):
     monkeypatch.setattr(conform, "check", fake_check)
     cli = importlib.import_module("specref.__main__")
     out_json = tmp_path / "report.json"
-    argv = ["conform", "specref.proof.broken:no_bonus", "--algorithm", "block", "--log-probs", "--batch", "--rng", "seed",
+    argv = ["conform", "specref.proof.bugs.broken:no_bonus", "--algorithm", "block", "--log-probs", "--batch", "--rng", "seed",
             "--returns", "count-and-token", "--seed", "5", "--no-vectors", "--json", str(out_json)]
     assert cli.main(argv) == status
-    from specref.proof import broken
+    from specref.proof.bugs import broken
     assert seen["function"] is broken.no_bonus and seen["algorithm"] == "block" and seen["seed"] == 5
     assert seen["vectors_tier"] is False
     adapter = seen["adapter"]

@@ -17,6 +17,7 @@ from specref import mrs_tree, speedup
 from specref.apps import demo
 from specref.proof import tree as prooftree
 from specref.trees import Tree
+from specref.proof import tree_rule
 
 
 def test_the_shapes_are_trees_of_at_most_8_nodes_no_wider_than_4_and_no_chains():
@@ -44,7 +45,7 @@ Q = [Fraction(1, 10), Fraction(45, 100), Fraction(0), Fraction(15, 100), Fractio
 def test_root_chances_are_the_exact_chances_of_each_child_being_accepted(children, test, xs):
     if children == "iid":
         xs = xs + (xs[0],)                                  # i.i.d. children may repeat
-    accepts, _, _ = prooftree.Rule(test).node(xs, P, Q)
+    accepts, _, _ = tree_rule.Rule(test).node(xs, P, Q)
     want = [0.0] * len(xs)
     for chance, k in accepts:
         want[k] = float(chance)

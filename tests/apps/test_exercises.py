@@ -20,7 +20,8 @@ import pytest
 from nbclient import NotebookClient
 
 from specref import mrs
-from specref.proof import broken, power, stats
+from specref.proof import power, stats
+from specref.proof.bugs import broken
 from specref.lessons import exercises
 
 ROOT = Path(__file__).resolve().parents[2]

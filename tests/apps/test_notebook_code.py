@@ -368,11 +368,12 @@ from itertools import permutations  # noqa: E402
 
 from specref.proof import tree, tree_vectors  # noqa: E402
 from specref.smollm2 import model as smollm2_model  # noqa: E402  (tree_mask: no weights are loaded)
+from specref.proof import tree_rule
 
 TREE_DOC = json.loads(tree_vectors.PATH.read_text())
 TREE_RULES = {"topk": mrs_tree.verify_tree_topk, "mss": mrs_tree.verify_tree_mss, "rrs": mrs_tree.verify_tree_rrs}
 TREE_DRAWN = {"topk": "topk", "mss": "iid", "rrs": "without_replacement"}  # how each rule's children are drawn
-TREE_LAWS = {"topk": tree.TOPK, "iid": tree.MSS, "without_replacement": tree.RRS}  # the exact rule for each drawing
+TREE_LAWS = {"topk": tree_rule.TOPK, "iid": tree_rule.MSS, "without_replacement": tree_rule.RRS}  # the exact rule for each drawing
 # Each cell goes on to run its functions on the notebook's own examples; only the functions are tested here.
 TREE_VERIFY = notebook_cell("08_trees", "def verify_tree(tokens, parents, p, q, rng, rule)")
 TREE_VERIFY = TREE_VERIFY[:TREE_VERIFY.index("\nLIBRARY = ")]
@@ -468,7 +469,7 @@ def _node_differences(cell, rule: str) -> list:
     found = []
     for xs, p, q in _node_cases(rule):
         accepted, none, last, _ = cell.node(xs, p, q, rule)
-        ref_accepts, ref_none, ref_last = tree.Rule(rule).node(xs, p, q)
+        ref_accepts, ref_none, ref_last = tree_rule.Rule(rule).node(xs, p, q)
         ours = [(a, k) for k, a in enumerate(accepted) if a > 0]
         theirs = [(a, k) for a, k in ref_accepts if a > 0]
         if ours != theirs or none != ref_none or (none > 0 and last != [v / sum(ref_last) for v in ref_last]):

@@ -3,7 +3,7 @@
 Statistical tests use chi-square goodness of fit at level specref.proof.stats.LEVEL (1e-3):
 a correct sampler fails one of them with probability 1e-3 for a random seed (measured
 by tools/false_alarm.py); seeds are fixed, so every run is the same.  Each test is
-also run on the deliberately broken samplers of specref.proof.broken, which it must reject.
+also run on the deliberately broken samplers of specref.proof.bugs.broken, which it must reject.
 """
 
 import inspect
@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 from specref import mrs
 
 

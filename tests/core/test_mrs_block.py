@@ -7,7 +7,7 @@ decisions of the exact law (fixed uniforms on both sides of every threshold).  P
 verification never expects fewer tokens per call than token-level.  Statistical: chi-square at
 level stats.LEVEL (1e-3), fixed seeds, of verify_block's output against its exact law and of
 whole SpS sequences against the target.  Negative controls: the five misreadings in
-broken.BROKEN_BLOCK and the LOSSY typical acceptance of specref.proof.lossy.
+broken.BROKEN_BLOCK and the LOSSY typical acceptance of specref.proof.bugs.lossy.
 """
 
 import inspect
@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specref import mrs, sampling
-from specref.proof import broken, lossy, stats
+from specref.proof import stats
+from specref.proof.bugs import broken, lossy
 from specref.proof.vectors import ListedUniforms
 
 

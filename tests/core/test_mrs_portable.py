@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import broken, vectors
+from specref.proof import vectors
+from specref.proof.bugs import broken
 
 MRS_PY = Path(mrs.__file__)
 REPO = MRS_PY.parent.parent

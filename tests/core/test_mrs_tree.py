@@ -17,6 +17,7 @@ import pytest
 from specref import mrs, mrs_tree, trees
 from specref.proof import stats, tree, tree_vectors
 from specref.proof.vectors import ListedUniforms
+from specref.proof import tree_rule
 
 VERIFIERS = [mrs_tree.verify_tree_topk, mrs_tree.verify_tree_mss, mrs_tree.verify_tree_rrs]
 NAMES = [f.__name__ for f in VERIFIERS]
@@ -350,7 +351,7 @@ def test_a_chain_is_verify_uniform_for_uniform(verify):
 
 
 def test_a_chain_through_mss_has_verify_law_exactly():
-    """tree.MSS.law (the rule of verify_tree_mss, in fractions) on a chain equals stats.token_call_law (verify's law)
+    """tree_rule.MSS.law (the rule of verify_tree_mss, in fractions) on a chain equals stats.token_call_law (verify's law)
     for fixed drafts, and with the drafts drawn (widths 1, 1, 1) equals stats.call_law of verify, exactly."""
     for seed in range(6):
         draft, target = tree.context_rows(seed, zeros=0.2)
@@ -360,8 +361,8 @@ def test_a_chain_through_mss_has_verify_law_exactly():
             q = [target(x[:t]) for t in range(K + 1)]
             if any(p[t][x[t]] == 0 for t in range(K)):
                 continue
-            assert tree.MSS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
-            assert tree.RRS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
-        drawn = tree.call_law(tree.MSS.law, "iid", draft, target, (1, 1, 1))
+            assert tree_rule.MSS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
+            assert tree_rule.RRS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
+        drawn = tree.call_law(tree_rule.MSS.law, "iid", draft, target, (1, 1, 1))
         assert drawn == stats.call_law(stats.token_call_law, draft, target, K, 4)
         assert isinstance(next(iter(drawn.values())), Fraction)

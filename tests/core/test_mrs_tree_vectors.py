@@ -19,6 +19,7 @@ import pytest
 
 from specref import mrs, mrs_tree
 from specref.proof import tree, tree_vectors, vectors
+from specref.proof import tree_rule
 
 MRS_PY = Path(mrs.__file__)
 MRS_TREE_PY = Path(mrs_tree.__file__)
@@ -103,7 +104,7 @@ def test_vectors_reject_every_known_bug(algorithm, name):
 
 @pytest.mark.parametrize("algorithm", list(tree.ALGORITHMS))
 def test_the_proof_modules_float_walk_passes_every_vector(algorithm):
-    """tree.Rule.sample with the correct pieces (the walk every known bug's sampler changes one piece of) draws the
+    """tree_rule.Rule.sample with the correct pieces (the walk every known bug's sampler changes one piece of) draws the
     documented uniforms and returns the documented tokens: each control is the reference plus its bug."""
     walk = tree.ALGORITHMS[algorithm].rule.sample
     assert tree_vectors.mismatches(DOC, SimpleNamespace(**{FUNCTION[algorithm]: walk}), only=FUNCTION[algorithm]) == []

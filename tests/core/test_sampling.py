@@ -9,7 +9,8 @@ Negative controls: the same test must reject SpS run with the broken verifiers.
 import numpy as np
 import pytest
 
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 from specref import drafts, mrs, sampling
 from specref.runstats import RunStats
 from specref.warps import Warp, Warped

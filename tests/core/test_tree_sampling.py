@@ -24,6 +24,7 @@ from specref.proof import tree as prooftree
 from specref.runstats import RunStats
 from specref.trees import Tree
 from specref.warps import Warped
+from specref.proof import tree_rule
 from tests.smollm2.test_tree_attention import tiny_model
 from tools import tree_gain
 
@@ -258,7 +259,7 @@ def test_the_profile_model_is_exact_for_top_k_children_when_rows_do_not_depend_o
     tree = Tree.parse(shape)
     tokens, parents = trees.draft_tree(stats.MarkovChain(np.array([float(v) for v in p_row])), np.array([0]),
                                           tree, None)[:2]
-    law = prooftree.TOPK.law(tokens, parents, [p_row] * (len(tokens) + 1), [q_row] * (len(tokens) + 1))
+    law = tree_rule.TOPK.law(tokens, parents, [p_row] * (len(tokens) + 1), [q_row] * (len(tokens) + 1))
     exact = stats.expected_tokens(law)
     accept = [q_row[0], q_row[1], q_row[2]]                 # the draft ranks 0, 1, 2, 3
     assert float(exact) == pytest.approx(speedup.tree_expected_tokens(tree.parents, [float(a) for a in accept]))

@@ -1,7 +1,7 @@
 """The conformance checker (specref.proof.conform) proven on verifiers whose truth is known.
 
 It passes mrs.verify and mrs.verify_block (every check, full size, within the two minutes it
-promises); its exact tier rejects every broken sampler of specref.proof.broken and every lossy
+promises); its exact tier rejects every broken sampler of specref.proof.bugs.broken and every lossy
 verifier and names it from its tokens on the vectors; its one-call chi-square (at the run's
 Bonferroni level) rejects each of them and names it from the nearest exact law; its edge checks
 catch a non-strict accept test and an unguarded all-zero residual; its adapter turns the common
@@ -18,7 +18,8 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import broken, conform, power, stats, vectors
+from specref.proof import conform, power, stats, vectors
+from specref.proof.bugs import broken
 
 
 # "name/algorithm" -> (a known bug, the algorithm it is checked as): every law the checker can name, from its

@@ -12,7 +12,8 @@ import pytest
 from scipy import stats as sps
 
 from specref import mrs, sampling
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 
 
 def _verify_law_bruteforce(p, q):

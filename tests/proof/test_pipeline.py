@@ -23,6 +23,9 @@ import numpy as np
 import pytest
 
 from specref.proof import conform, pipeline, power, stats
+from specref.proof.bugs import shipped
+from specref.proof import toy
+from specref.proof.toy import Toy
 
 TOY = pipeline.TOY
 VISIBLE = ["unfiltered_draft_rows", "greedy_draft", "target_not_warped", "argmax_after_filters"]
@@ -38,16 +41,16 @@ def plain_law():
 def test_the_correct_pipeline_has_the_plain_law_and_every_bug_another(plain_law):
     assert abs(sum(plain_law.values()) - 1) < 1e-12 and len(plain_law) > 50
     assert pipeline.total_variation(TOY.law(), plain_law) < 1e-12
-    for name, cls in pipeline.PIPELINE_BUGS.items():
+    for name, cls in shipped.PIPELINE_BUGS.items():
         law = cls().law()
         assert abs(sum(law.values()) - 1) < 1e-12, name
         assert pipeline.total_variation(law, plain_law) > (1e-4 if name == "bf16_draft" else 0.05), name
     assert 0.3 < TOY.acceptance() < 0.8
 
 
-@pytest.mark.parametrize("name", ["correct", *pipeline.PIPELINE_BUGS])
+@pytest.mark.parametrize("name", ["correct", *shipped.PIPELINE_BUGS])
 def test_each_toy_samples_its_own_exact_law(name, plain_law):
-    toy = TOY if name == "correct" else pipeline.PIPELINE_BUGS[name]()
+    toy = TOY if name == "correct" else shipped.PIPELINE_BUGS[name]()
     law = toy.law()
     _, _, p = stats.chi_square_gof(pipeline._count(toy.generate(20_000, 5)), law)
     assert p > 1e-3, (name, p)
@@ -58,10 +61,10 @@ def test_each_toy_samples_its_own_exact_law(name, plain_law):
 
 def test_bf16_rounding_keeps_8_significant_bits_rounding_to_nearest_even():
     x = np.array([1.0, 0.1, 1 / 3, 2.0 ** -20 * 1.00390625, 1 + 2.0 ** -8])
-    r = pipeline.bf16(x)
+    r = shipped.round_bits(x)
     assert r[0] == 1.0 and r[4] == 1.0  # 1 + 2^-8 is a tie: to even
     assert np.all(np.abs(r - x) <= x * 2.0 ** -8) and not np.allclose(r[1:3], x[1:3], rtol=1e-4, atol=0)
-    assert np.all((pipeline.bf16(x).astype(np.float32).view(np.uint32) & 0xFFFF) == 0)
+    assert np.all((shipped.round_bits(x).astype(np.float32).view(np.uint32) & 0xFFFF) == 0)
 
 
 # ---------------------------------------------------------------- the check: pass, fail, power
@@ -72,14 +75,14 @@ def test_it_passes_the_correct_pipeline_and_fails_every_visible_bug_at_the_defau
     assert report.passed and [c.passed for c in report.checks] == [True] * 4
     assert report.checks[-1].samples == pipeline.SAMPLES == 20_000
     for name in VISIBLE:
-        bug = pipeline.PIPELINE_BUGS[name]()
+        bug = shipped.PIPELINE_BUGS[name]()
         report = conform.check_pipeline(bug.generate, bug.plain, seed=0)
         print(report.text())
         assert not report.passed and report.checks[-1].pvalue < 1e-10, name
 
 
 def test_bf16_is_not_seen_at_the_default_size_and_its_needed_size_is_computed(plain_law):
-    bug = pipeline.Bf16Draft()
+    bug = shipped.Bf16Draft()
     assert conform.check_pipeline(bug.generate, bug.plain, seed=0).passed
     n = pipeline.samples_to_see(bug.law(), plain_law)
     assert 1e7 < n < 1e8  # about 4e7 sequences in each sample for power 0.5
@@ -91,7 +94,7 @@ def test_bf16_is_caught_at_its_computed_size_on_two_token_sequences():
     # four (6.2e-4 against 6.6e-4) in 7 possible outcomes instead of 84, so about 3.7e7 sequences a sample give
     # power 0.95 (computed).  One fixed seed: the bug fails, the correct pipeline at the same size passes
     # (a false alarm there has probability 1e-3).  About two minutes each on a 2-core machine.
-    bug, toy = pipeline.Bf16Draft(L=2), pipeline.Toy(L=2)
+    bug, toy = shipped.Bf16Draft(L=2), Toy(L=2)
     n = pipeline.samples_to_see(bug.law(), toy.plain_law(), power=0.95)
     assert n == pytest.approx(3.696e7, rel=0.02), n  # pinned in the default tier too
     report = conform.check_pipeline(bug.generate, bug.plain, samples=n, seed=0)
@@ -111,7 +114,7 @@ SIZES = [("unfiltered_draft_rows", 4, 1064, 1448), ("target_not_warped", 4, 492,
 
 @pytest.mark.parametrize("name, L, half, most", SIZES, ids=[s[0] for s in SIZES])
 def test_the_sample_sizes_for_power_one_half_and_95_percent_are_pinned(name, L, half, most):
-    law, reference = pipeline.PIPELINE_BUGS[name](L=L).law(), pipeline.Toy(L=L).plain_law()
+    law, reference = shipped.PIPELINE_BUGS[name](L=L).law(), Toy(L=L).plain_law()
     assert pipeline.samples_to_see(law, reference) == pytest.approx(half, rel=0.02)
     assert pipeline.samples_to_see(law, reference, power=0.95) == pytest.approx(most, rel=0.02)
 
@@ -120,7 +123,7 @@ def test_at_the_size_computed_for_95_percent_the_two_sample_test_rejects_95_perc
     # 400 pairs of multinomial samples at the computed size, one from argmax_after_filters' exact law and one from the
     # plain law: the rate is 0.95 +- 0.011 (binomial standard error) if the size is right; 0.9 is 4.5 standard
     # errors below, and a size computed for 80% power or less (153 for this bug is its size for 50%) falls under it.
-    law = pipeline.ArgmaxAfterFilters().law()
+    law = shipped.ArgmaxAfterFilters().law()
     n = pipeline.samples_to_see(law, plain_law, power=0.95)
     rng = np.random.default_rng(17)
 
@@ -138,19 +141,19 @@ def test_counting_sequences_and_generating_in_chunks(monkeypatch):
     for shape, high in (((500, 3), 5), ((500, 30), 40), ((20, 1), 1), ((200, 2), 10**12)):  # the last: no base fits
         a = rng.integers(0, high, size=shape)
         assert pipeline._count(a) == Counter(map(tuple, a.tolist())), shape
-    monkeypatch.setattr(pipeline, "CHUNK", 7)  # 100 sequences in 15 chunks: the same law as in one
+    monkeypatch.setattr(toy, "CHUNK", 7)  # 100 sequences in 15 chunks: the same law as in one
     law = TOY.law()
     out = TOY.generate(100, 1)
     assert out.shape == (100, TOY.L) and all(law.get(tuple(s), 0) > 0 for s in out.tolist())
     assert TOY.generate(0, 1).shape == (0, TOY.L)
     counts = pipeline._count(TOY.generate(20_000, 5))
     assert stats.chi_square_gof(counts, law)[2] > 1e-3
-    assert stats.chi_square_gof(counts, pipeline.UnfilteredDraftRows().law())[2] < 1e-6  # negative control
+    assert stats.chi_square_gof(counts, shipped.UnfilteredDraftRows().law())[2] < 1e-6  # negative control
 
 
 @pytest.mark.parametrize("name", ["unfiltered_draft_rows", "argmax_after_filters"])
 def test_the_computed_size_for_power_one_half_is_what_the_check_measures(name, plain_law):
-    bug = pipeline.PIPELINE_BUGS[name]()
+    bug = shipped.PIPELINE_BUGS[name]()
     n = pipeline.samples_to_see(bug.law(), plain_law)
     fails = sum(not pipeline.check_pipeline(bug.generate, bug.plain, samples=n, seed=s).passed for s in range(200))
     assert 0.38 * 200 <= fails <= 0.68 * 200, (name, n, fails)  # 0.5 within 3.4 standard errors
@@ -170,7 +173,7 @@ def test_two_sample_false_alarm_rate_on_draws_from_the_exact_law(plain_law):
     assert (ps < 0.01).sum() <= 55 and (ps < 1e-3).sum() <= 11
     assert (ps < 0.5).sum() > 1300  # not a test that never rejects: half its p-values are below 0.5
     # negative control: one sample from the unfiltered-rows bug's law
-    bug = pipeline.UnfilteredDraftRows().law()
+    bug = shipped.UnfilteredDraftRows().law()
     counts = Counter({k: int(c) for k, c in zip(bug, rng.multinomial(20_000, list(bug.values()))) if c})
     b = Counter({k: int(c) for k, c in zip(keys, rng.multinomial(20_000, probs)) if c})
     assert pipeline.two_sample_chi_square(counts, b)[2] < 1e-10

@@ -1,4 +1,4 @@
-"""The gallery of bugs that shipped (specref.proof.shipped) and the power computed from exact laws (specref.proof.power).
+"""The gallery of bugs that shipped (specref.proof.bugs.shipped) and the power computed from exact laws (specref.proof.power).
 
 Each shipped signature is rejected and named by the conformance checker, with its negative control
 (the same code with the bug switched off) passing the same check with the same seed; each
@@ -17,7 +17,8 @@ import pytest
 from scipy import stats as sps
 
 from specref import mrs
-from specref.proof import conform, power, shipped, stats
+from specref.proof import conform, power, stats
+from specref.proof.bugs import shipped
 
 GALLERY = {s.name: s for s in shipped.GALLERY}
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import broken, conform, lossy, stats
+from specref.proof import conform, stats
+from specref.proof.bugs import broken, lossy
 
 
 def _rows(seed, K, V, conc=1.0):

@@ -27,6 +27,8 @@ import pytest
 from specref import mrs_tree, trees
 from specref.proof import power, stats, tree
 from specref.proof.vectors import ListedUniforms
+from specref.proof import tree_rule
+from specref.proof.bugs import tree as tree_bugs
 
 ALGORITHMS = list(tree.ALGORITHMS)
 CASES = list(tree.CASES)
@@ -108,7 +110,7 @@ def test_topk_rule_and_its_closed_form_agree(case):
             if children == "iid" and any(len(set(tokens[i] for i in k)) < len(k) for k in trees.children_of(parents)):
                 continue  # top-k needs distinct siblings
             p, q = tree.tree_rows(tokens, parents, draft), tree.tree_rows(tokens, parents, target)
-            assert tree.TOPK.law(tokens, parents, p, q) == tree.topk_closed_law(tokens, parents, p, q)
+            assert tree_rule.TOPK.law(tokens, parents, p, q) == tree_rule.topk_closed_law(tokens, parents, p, q)
 
 
 @pytest.mark.parametrize("case", [pytest.param("independent", marks=pytest.mark.slow), "close"])
@@ -177,10 +179,10 @@ def test_sglang_thresholds_total_variation_from_the_target():
     for case in CASES:
         draft, target = tree.case_rows(case)
         target_law = tree.target_law(target, LENGTH)
-        assert alg.call_law(draft, target, tree.WIDTHS, tree.SGLangThresholds(1, 1).law) == \
+        assert alg.call_law(draft, target, tree.WIDTHS, tree_bugs.SGLangThresholds(1, 1).law) == \
             alg.call_law(draft, target, tree.WIDTHS)
         for single, acc in [(0.5, 0.5), (0.9, 0.9), (0.5, 1), (1, 0.5), (0.9, 1), (1, 0.9)]:
-            law = tree.continued(alg.call_law(draft, target, tree.WIDTHS, tree.SGLangThresholds(single, acc).law),
+            law = tree.continued(alg.call_law(draft, target, tree.WIDTHS, tree_bugs.SGLangThresholds(single, acc).law),
                                  target, LENGTH)
             tv = sum(abs(law.get(k, 0) - target_law.get(k, 0)) for k in set(law) | set(target_law)) / 2
             print(f"{case}: threshold_single {single:g}, threshold_acc {acc:g}: TV {float(tv):.4f}")
@@ -205,7 +207,7 @@ def test_one_call_chi_square(algorithm):
 
 def test_sglang_thresholds_at_one_pass_the_chi_square():
     """The negative control of the thresholds' control: SGLang's one-coin walk at thresholds 1 is exact."""
-    counts, law = _chi_square(tree.SGLangThresholds(1, 1), "tree-topk", "close", 2000, 2028)
+    counts, law = _chi_square(tree_bugs.SGLangThresholds(1, 1), "tree-topk", "close", 2000, 2028)
     pvalue = stats.chi_square_gof(counts, law)[2]
     print(f"thresholds 1, 1: 2000 calls, chi-square p = {pvalue:.3g}")
     assert pvalue > stats.LEVEL

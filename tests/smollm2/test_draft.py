@@ -16,7 +16,8 @@ import pytest
 from specref import mrs, sampling
 from specref.runstats import RunStats
 from specref.apps import train_draft as td
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 from specref.protocol import draft_length, next_distributions
 from specref.smollm2 import draft as nd
 from specref.warps import Warped

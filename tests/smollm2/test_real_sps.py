@@ -13,7 +13,8 @@ import argparse
 import numpy as np
 import pytest
 
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import broken
 from specref.apps import demo
 from specref import drafts, mrs, sampling
 from specref.protocol import next_distributions

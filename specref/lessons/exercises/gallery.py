@@ -21,7 +21,8 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, warps
-from specref.proof import broken, shipped, stats
+from specref.proof import stats
+from specref.proof.bugs import broken, shipped
 
 from .grading import Result, _likeliest, _show
 from .verify import letters_swapped

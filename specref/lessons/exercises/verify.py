@@ -32,7 +32,8 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.proof import broken, cases, shipped, stats
+from specref.proof import cases, stats
+from specref.proof.bugs import broken, shipped
 from specref.proof.verdict import Limits
 
 from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest,

@@ -1,6 +1,6 @@
 """Deliberately broken variants of `specref.mrs.verify` and `specref.mrs.verify_block`: the negative controls.
 
-Each is a `Bug`, defined once: called with verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng)
+Each is a `specref.proof.bugs.Bug`: called with verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng)
 -> tokens` it samples, `.law(x_draft, p, q)` is its exact output law for fixed drafts (like
 `stats.token_call_law`), and `.about` says what it does (the conformance checker's diagnosis).  The
 token-level ones (BROKEN) reproduce bugs seen in public implementations; most swap one of the four
@@ -19,24 +19,7 @@ import numpy as np
 
 from specref import mrs
 from specref.proof import stats
-
-
-class Bug:
-    """A known way to get verification wrong: call it like `mrs.verify` to sample it; `.law(x_draft, p, q)` is its exact law."""
-
-    def __init__(self, name: str, about: str, sample: Callable | None = None, law: Callable | None = None):
-        self.name = self.__name__ = self.__qualname__ = name
-        self.about = self.__doc__ = about
-        if sample is not None:
-            self.sample = sample
-        if law is not None:
-            self.law = law
-
-    def __call__(self, x_draft, p, q, rng):
-        return self.sample(x_draft, p, q, rng)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name}>"
+from specref.proof.bugs import Bug
 
 
 def _loop(x_draft, p, q, rng, ratio=None, resample=None, bonus_row=None, propose=None):

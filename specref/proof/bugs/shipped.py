@@ -1,8 +1,8 @@
 """The speculative-sampling bugs that shipped (2023-2026), each as a sampler with its exact law: the gallery.
 
-`specref.proof.broken` holds bugs invented as negative controls; this module holds the ones that
+`specref.proof.bugs.broken` holds bugs invented as negative controls; this module holds the ones that
 were reported in public projects.  Each entry of GALLERY is a `Shipped` record: the signature's
-single-call form (a `broken.Bug`: call it like `mrs.verify` to sample, `.law(x_draft, p, q)` is its
+single-call form (a `specref.proof.bugs.Bug`: call it like `mrs.verify` to sample, `.law(x_draft, p, q)` is its
 exact law for fixed drafts, `.about` the diagnosis sentence), where it shipped (project and number),
 which tier of the conformance checker catches it, and a negative control: the same code with the
 bug's parameter set to its harmless value, which the checker must pass.
@@ -24,7 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref import mrs, warps
-from specref.proof import broken, stats
+from specref.proof import stats
+from specref.proof.bugs import Bug, broken
+from specref.proof.toy import Toy
 
 # ---------------------------------------------------------------- the pieces
 
@@ -51,8 +53,8 @@ def unwarped(rows, temperature: float | None = REQUEST_TEMPERATURE) -> np.ndarra
     return rows if temperature is None or temperature == 1.0 else warps.temperature(rows, 1.0 / temperature)
 
 
-def bf16(rows, bits: int = BF16_BITS) -> np.ndarray:
-    """Rows rounded to `bits` significant bits (8: bfloat16; round to nearest even on float32's bits), renormalised."""
+def round_bits(rows, bits: int = BF16_BITS) -> np.ndarray:
+    """Rows rounded to `bits` significant bits (8: bfloat16), round to nearest even on float32's bits, as float64."""
     rows = np.asarray(rows, dtype=np.float64)
     if bits >= 24:
         return rows
@@ -60,7 +62,12 @@ def bf16(rows, bits: int = BF16_BITS) -> np.ndarray:
     drop = 24 - bits  # float32 keeps 23 explicit mantissa bits
     half = (1 << (drop - 1)) - 1
     u = ((u + half + ((u >> drop) & 1)) >> drop) << drop
-    out = u.astype(np.uint32).view(np.float32).astype(np.float64)
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def bf16(rows, bits: int = BF16_BITS) -> np.ndarray:
+    """Rows rounded to `bits` significant bits (`round_bits`; 8: bfloat16), renormalised."""
+    out = round_bits(rows, bits)
     return out / out.sum(axis=-1, keepdims=True)
 
 
@@ -104,7 +111,7 @@ def coupled_law(x_draft, p, p_to, law_given_drafts) -> dict[tuple, float]:
 
 # ---------------------------------------------------------------- the single-call forms
 
-class DraftFilterNotPassed(broken.Bug):
+class DraftFilterNotPassed(Bug):
     """transformers #47932: the drafts come from the top-p-filtered draft row, the verifier is handed the raw row.
 
     Single-call form: the checker's drafts x ~ p are turned into drafts of top_p_filter(p) by
@@ -127,7 +134,7 @@ class DraftFilterNotPassed(broken.Bug):
         return coupled_law(x_draft, p, self._filtered(p), lambda xs: stats.token_call_law(xs, p, q))
 
 
-class TargetNotWarped(broken.Bug):
+class TargetNotWarped(Bug):
     """vLLM #9834: the target's rows reach the verifier without the request's temperature.
 
     Single-call form: the checker's q are the warped rows (what plain sampling draws from); the verifier
@@ -146,7 +153,7 @@ class TargetNotWarped(broken.Bug):
         return stats.token_call_law(x_draft, p, unwarped(q, self.temperature))
 
 
-class InclusiveCoin(broken.Bug):
+class InclusiveCoin(Bug):
     """SGLang #35771 (and transformers' `r <= ratio`): keeps x iff u <= q(x) / p(x), with a coin u that is a
     multiple of 2^-bits (float32's torch.rand: bits 24), so u = 0 keeps a draft the target gives probability 0.
 
@@ -181,7 +188,7 @@ class InclusiveCoin(broken.Bug):
         return stats.token_call_law(x_draft, p, q, ratio=lambda p_t, q_t, x: self._keep(q_t[x] / p_t[x]))
 
 
-class UnguardedResidual(broken.Bug):
+class UnguardedResidual(Bug):
     """vLLM PR #45060, llama.cpp #28158, GHSA-8wr5-jm2h-8r4f: after a rejection the residual max(0, q - p) is
     inverted without checking its sum, so an all-zero residual (p and q equal to rounding) gives the id V,
     one past the vocabulary.  guarded True: falls back to q, as `mrs.verify` does (the negative control)."""
@@ -234,7 +241,7 @@ def argmax_last_law(kept, p, q) -> dict:
     return stats.stopped_law(kept, stopping + [path], last + [_one_hot(q[K])])
 
 
-class ArgmaxWhileSampling(broken.Bug):
+class ArgmaxWhileSampling(Bug):
     """mistral.rs PR #2424, ROCm ATOM PR #2318: on the sampling path every token is the argmax of its filtered
     row: the drafts are the draft rows' argmax (verified against their probabilities p), and the token the
     verifier draws after a rejection or as the bonus is its row's argmax.  argmax False: drafts and draws
@@ -264,7 +271,7 @@ class ArgmaxWhileSampling(broken.Bug):
         return argmax_last_law([stats.first_max(p[t]) for t in range(len(x_draft))], p, q)
 
 
-class MixedPrecisionDraft(broken.Bug):
+class MixedPrecisionDraft(Bug):
     """DeepSpec #31: the drafts were sampled from bfloat16 probabilities and verified with float32 ones.
 
     Single-call form: the checker's drafts come from p; the verifier is handed `bf16(p, bits)`, the same
@@ -285,10 +292,71 @@ class MixedPrecisionDraft(broken.Bug):
 
 
 # The verifier checked as block verification, for vllm-ascend #7807 (conform.TOKEN_LEVEL is this object).
-TOKEN_LEVEL = broken.Bug("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
+TOKEN_LEVEL = Bug("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
                          mrs.verify, stats.token_call_law)
-BLOCK = broken.Bug("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
+BLOCK = Bug("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
                    mrs.verify_block, stats.block_call_law)
+
+
+# ---------------------------------------------------------------- pipeline forms
+
+# The bugs around the verifier as whole pipelines: the correct `Toy` with one piece changed (checked by
+# specref.proof.pipeline against plain sampling).  Each is the pipeline form of a single-call form above,
+# linked to it in GALLERY (`Shipped.pipeline`).
+
+class UnfilteredDraftRows(Toy):
+    """Shipped in Hugging Face transformers, #47932 (PRs #47961, #48007): the drafts were sampled from the
+    draft's top-k/top-p-filtered logits, and the raw distribution was handed on as the draft's probabilities."""
+
+    about = "the drafts are sampled from the warped draft rows but the verifier gets the unwarped ones"
+
+    def verify_p(self):
+        return self.p_raw
+
+
+class GreedyDraft(Toy):
+    """Shipped in Hugging Face transformers, #32867: the assistant decoded greedily while its sampling
+    probabilities were passed on to the verifier."""
+
+    about = "the draft decodes greedily (argmax) while its sampling probabilities go to the verifier"
+
+    def drafted_by(self):
+        return warps.greedy(self.p_warped)
+
+
+class TargetNotWarpedPipeline(Toy):
+    """Shipped in vLLM, #9834 (PR #10198): the request's sampling parameters were not applied to the
+    target's probabilities during verification."""
+
+    about = "the target's rows reach the verifier without the request's temperature/top-k/top-p"
+
+    def verify_q(self):
+        return self.q_raw
+
+
+class ArgmaxAfterFilters(Toy):
+    """Shipped in mistral.rs, PR #2424 (and ROCm ATOM PR #2318): with sampling asked for, the token was the
+    argmax of the filtered distribution; here the target's own token (after a rejection, or the bonus)."""
+
+    about = "the target's token is the argmax of its filtered row instead of a draw from it"
+
+    def emitted_by(self, rows):
+        return warps.greedy(rows)
+
+
+class Bf16Draft(Toy):
+    """Shipped in DeepSpec, #31: the drafts were sampled from bf16 probabilities and verified with float32
+    ones.  bf16 keeps 8 significant bits, so the two differ by up to 2^-8 relative: a small bias."""
+
+    about = "the drafts are drawn from bf16-rounded draft rows, the verifier gets the float32 ones"
+
+    def drafted_by(self):
+        return round_bits(self.p_warped)
+
+
+PIPELINE_BUGS = {"unfiltered_draft_rows": UnfilteredDraftRows, "greedy_draft": GreedyDraft,
+                 "target_not_warped": TargetNotWarpedPipeline, "argmax_after_filters": ArgmaxAfterFilters,
+                 "bf16_draft": Bf16Draft}
 
 
 # ---------------------------------------------------------------- the gallery
@@ -299,14 +367,15 @@ BLOCK = broken.Bug("block_verification", "block verification (mrs.verify_block):
 class Shipped:
     """One bug that shipped: its single-call form, where it shipped, the tier that catches it, its negative control."""
 
-    bug: broken.Bug
+    bug: Bug
     where: str  # project and number
     algorithm: str  # "token" or "block": what the checker checks it as
     tier: str  # which of the checker's tiers catches it
     around: bool  # in the pipeline around the verifier: a verify-only check of real code cannot see it
-    control: broken.Bug  # the same code with the bug switched off: the checker must pass it
+    control: Bug  # the same code with the bug switched off: the checker must pass it
     edge_check: str = ""  # the name of the exact-tier check it fails, if it is an edge case
     contract: str = ""  # what a run's contract check says when this bug's output ends the run first
+    pipeline: type | None = None  # its pipeline form (a Toy subclass), for the bugs around the verifier
 
     @property
     def name(self) -> str:
@@ -315,11 +384,13 @@ class Shipped:
 
 GALLERY = [
     Shipped(DraftFilterNotPassed(), "transformers #47932 (PRs #47961, #48007)", "token",
-            "pipeline (single-call form: exact vectors, one-call)", True, DraftFilterNotPassed(None)),
+            "pipeline (single-call form: exact vectors, one-call)", True, DraftFilterNotPassed(None),
+            pipeline=UnfilteredDraftRows),
     Shipped(broken.greedy_draft_softmax_ratio, "transformers #32867", "token",
-            "pipeline (single-call form: exact vectors, one-call)", True, TOKEN_LEVEL),
+            "pipeline (single-call form: exact vectors, one-call)", True, TOKEN_LEVEL, pipeline=GreedyDraft),
     Shipped(TargetNotWarped(), "vLLM #9834 (PR #10198)", "token",
-            "pipeline (single-call form: exact vectors, one-call)", True, TargetNotWarped(1.0)),
+            "pipeline (single-call form: exact vectors, one-call)", True, TargetNotWarped(1.0),
+            pipeline=TargetNotWarpedPipeline),
     Shipped(InclusiveCoin(), "SGLang #35771; transformers' r <= ratio", "token",
             "exact (edge u = 0); every output seen", False, InclusiveCoin(inclusive=False),
             edge_check="edge q(x) = 0, u = 0"),
@@ -330,14 +401,15 @@ GALLERY = [
     Shipped(broken.residual_only_rejected_entry, "EAGLE #20", "token", "exact vectors, one-call", False,
             TOKEN_LEVEL),
     Shipped(ArgmaxWhileSampling(), "mistral.rs PR #2424, ROCm ATOM PR #2318", "token",
-            "pipeline (single-call form: exact vectors, one-call)", True, ArgmaxWhileSampling(False)),
+            "pipeline (single-call form: exact vectors, one-call)", True, ArgmaxWhileSampling(False),
+            pipeline=ArgmaxAfterFilters),
     Shipped(MixedPrecisionDraft(), "DeepSpec #31", "token", "pipeline (single-call form: one-call, p = q case, n > 13 000)",
-            True, MixedPrecisionDraft(24)),
+            True, MixedPrecisionDraft(24), pipeline=Bf16Draft),
 ]
 BY_NAME = {s.name: s for s in GALLERY}
 
 
-def signatures(algorithm: str) -> list[broken.Bug]:
+def signatures(algorithm: str) -> list[Bug]:
     """The single-call forms the one-call diagnosis compares with when checking as `algorithm` (edge cases aside:
     their laws equal the correct law on the checker's cases to within 2^-24, so the edge checks name them)."""
     return [s.bug for s in GALLERY if s.algorithm == algorithm and not s.edge_check]

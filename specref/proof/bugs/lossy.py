@@ -14,7 +14,7 @@ import numpy as np
 
 from specref import mrs
 from specref.proof import stats
-from specref.proof.broken import Bug
+from specref.proof.bugs import Bug
 
 # Medusa's defaults (Cai et al. 2024, "Medusa", section 2.3.1; their posterior_threshold and
 # posterior_alpha): epsilon is the hard threshold, delta scales the entropy-dependent one.
