@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from specref import mrs, mrs_tree
+from specref import mrs, mrs_tree, verifiers
 from specref.files import write_text
 from specref.trees import children_of
 from specref.proof import vectors
@@ -32,7 +32,7 @@ from specref.proof.vectors import ListedUniforms, _inverse_cdf, dumps
 FORMAT = "specref-tree-vectors"
 VERSION = 1
 PATH = Path(__file__).with_name("tree_vectors.json")
-FUNCTIONS = ("verify_tree_topk", "verify_tree_mss", "verify_tree_rrs")
+FUNCTIONS = tuple(verifiers.REGISTRY[name].function.__name__ for name in verifiers.TREES)  # the tree verifiers of the registry
 
 # No uniform of a vector is closer than this to a decision boundary.
 MARGIN = 1e-9
