@@ -483,11 +483,13 @@ for name, alg in tree.ALGORITHMS.items():
 # %% [markdown]
 # ## 5. Scoring the tree in one call: the attention mask
 #
-# A chain of $K$ drafts is scored by one forward pass over $K$ new positions with the causal mask. A tree of $N$
-# nodes is scored by one forward pass over $N$ new positions too, with two changes:
+# In the speculative loop a chain of $K$ drafts is scored by one forward pass over $K + 1$ new positions with the
+# causal mask: the last call's final token (not in the KV cache yet) and the $K$ drafts, giving $K + 1$ rows. A
+# tree of $N$ nodes is scored by one forward pass over $N + 1$ new positions too, that token (the tree's root) and
+# the $N$ nodes, giving $N + 1$ rows, with two changes:
 #
-# - **the mask**: node $i$ may attend to the whole cached prefix and to the nodes on its own root-to-node path
-#   (itself and its ancestors), never to another branch;
+# - **the mask**: node $i$ may attend to the whole prefix (the root's token included) and to the nodes on its own
+#   root-to-node path (itself and its ancestors), never to another branch;
 # - **the positions**: node $i$ gets the RoPE position it would have in the chain of its own path,
 #   (prefix length) + (its depth below the root), so siblings share a position.
 #
@@ -586,9 +588,9 @@ for label, pos in (("positions prefix + depth", np.concatenate([np.arange(n_pref
 # %% [markdown]
 # ## 6. Tokens per call: a chain of $K$ against trees of $K$ nodes
 #
-# A tree of $N$ nodes is scored by one call over $N$ new positions, exactly what a chain of $K = N$ drafts costs,
-# so the fair comparison is at equal nodes. The expected number of tokens one call outputs can be computed
-# exactly by walking the tree shape: at a node, each way of drawing and testing its children is followed with its
+# A tree of $N$ nodes is scored by one call over $N + 1$ new positions (the root's token and the nodes), exactly
+# what a chain of $K = N$ drafts costs ($K + 1$ positions), so the fair comparison is at equal nodes. The expected
+# number of tokens one call outputs can be computed exactly by walking the tree shape: at a node, each way of drawing and testing its children is followed with its
 # chance, and an accepted child continues below it. Rows depend on the whole context: every prefix has its own
 # Dirichlet(0.3) row for the target over $V = 6$ tokens, and the draft is $\lambda \cdot$ target +
 # $(1 - \lambda) \cdot$ another such model, so $\lambda$ sets how good the draft is. Shapes with $K = 4$ nodes
@@ -709,15 +711,15 @@ plt.show()
 #
 # Tokens per call are half the story. The wall-clock improvement over plain decoding is Leviathan's Theorem 3.8 with
 # the tree put in: (expected tokens per call) / (draft calls $\times c$ + the cost of the target call), with $c$ one
-# draft call and the target call (scoring $N$ new positions, $N + 1$ rows) both counted in decode steps of the
-# target. Against a chain of $K = N$ drafts:
+# draft call and the target call (scoring $N + 1$ new positions, the root's token and the $N$ nodes: $N + 1$ rows)
+# both counted in decode steps of the target. Against a chain of $K = N$ drafts:
 #
-# - **The target call costs the same**: $N$ new positions, whatever their shape (the mask changes which scores are
-#   $-\infty$, not how many are computed). Speculative sampling's premise is that this costs about one decode step,
+# - **The target call costs the same**: $N + 1$ new positions, whatever the tree's shape (the mask changes which
+#   scores are $-\infty$, not how many are computed). Speculative sampling's premise is that this costs about one decode step,
 #   as it does for a few positions on a GPU. On a CPU it is more, and it grows with $N$: notebook 00 times one
 #   forward pass over 1 to 9 positions, and [`docs/performance.md`](../docs/performance.md#summary) has the scoring
 #   cost machine by machine. Where scoring more rows costs much more, a tree of $N$ nodes pays it exactly as a chain
-#   of $N$ does, and both can lose to plain decoding.
+#   of $N$ drafts does, and both can lose to plain decoding.
 # - **The draft is called less**: once at the root and once per node that has children (all of a node's children
 #   come from its one row), so a wide tree needs fewer draft calls than a chain of the same size (the "4" tree: one;
 #   the chain: four).
