@@ -318,13 +318,13 @@ print(f"pooled below 20 (the suite's rule): {', '.join(f'{r:.5f}' for r in suite
       f"{', '.join(f'{(r - stats.LEVEL) / se:+.1f}' for r in suite_rates)} standard errors from the level")
 
 # %% [markdown]
-# The sharp target chain makes many sequences very rare (dozens of the 81 are expected less than once in a sample);
-# tested one by one, they make a correct sampler fail fifty to a hundred times too often. Pooled below 20, the rate
-# comes near the level; the line under the table says how near, in standard errors: the level is what a test is
-# meant to do, and these draws measure how closely it does it. The textbook's 5 is not always enough: at the full
-# sizes (20 000 runs) it lets 1.2 in a thousand correct sequence samples fail, and on laws with many outcomes expected 5 to
-# 20 times it let 1.3 to 1.5 in a thousand fail (the measurement behind `stats.MIN_EXPECTED`, described beside it
-# in `specref/proof/stats.py`).
+# The sharp target chain makes many sequences very rare (dozens of the 81 are expected less than once in a
+# sample); tested one by one, they make a correct sampler fail fifty to a hundred times too often. Pooled below
+# 20, the rate comes near the level; the line under the table says how near, in standard errors: the level is what
+# a test is meant to do, and these draws measure how closely it does it. The textbook's 5 is not always enough: at
+# the full sizes (20 000 runs) it lets 1.2 in a thousand correct sequence samples fail, and on laws with many
+# outcomes expected 5 to 20 times it let 1.3 to 1.5 in a thousand fail (the measurement behind
+# `stats.MIN_EXPECTED`, described beside it in `specref/proof/stats.py`).
 #
 # The same, measured on the real `verify` with its own random draws: many tests with fresh seeds, each of a few
 # hundred calls. For the correct `verify` the p-values spread uniformly over $[0, 1]$; for a broken one they pile
