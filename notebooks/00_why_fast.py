@@ -27,11 +27,20 @@
 # loop.
 
 # %%
+import os
+
+# One BLAS thread, as `python3 -m specref` runs the model (specref/__main__.py says why: on a shared 2-core machine
+# OpenBLAS's spinning worker threads made it slower). OpenBLAS reads this once, when NumPy is first imported.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import time
 
 import matplotlib.pyplot as plt
 import numpy as np
 
+from specref.fast.machine import LoadWatch, cores
+from specref.lessons import plots
+from specref.lessons.blas import openblas_description
 from specref.lessons.quick import quick_mode
 from specref.proof import stats
 from specref.smollm2 import load_smollm2
@@ -69,74 +78,103 @@ print(f"arithmetic intensity of one decode step: {2 * params} FLOP / {4 * params
 # 100 cached positions add 4.6 MB to the 538 MB of weights.
 #
 # **0.5 FLOP per byte** is the number to remember. A processor can do many more operations per byte it loads
-# from memory than that. Measure this one: a large matrix product (which reuses each loaded number many times,
-# so it runs at the arithmetic limit), and a matrix-vector product with the model's head (which reads each weight
-# once, so it runs at the memory limit).
+# from memory than that. Measure both limits on this machine: a large matrix product (which reuses each loaded
+# number many times, so it runs at the arithmetic limit), and one row through every weight matrix of the model,
+# `x @ W` exactly as a decode step multiplies them (each weight read once, so it runs at the memory limit). In the
+# same rounds the cell also times the model itself, for section 2: one call that scores $n = 1, \dots, 9$ new
+# positions after a 64-token prefix already in the KV cache ($n = 1$ is a decode step). Every number is a median
+# over the rounds, so the limits and the decode step are measured under the same load. The cell's first lines
+# say which OpenBLAS kernels ran (NumPy's OpenBLAS picks them for the CPU when it loads, unless the environment
+# variable `OPENBLAS_CORETYPE` forces others) and how busy other processes kept the machine meanwhile.
+
+# %%
+model = load_smollm2(progress=lambda message: None)  # the plain path; the weights are cached after the first run
+matrices = model.weights.matrices()  # every [d_in, d_out] matrix a decode step multiplies by: 4 per layer, the head
+assert sum(m.size for m in matrices) == params
+rng = np.random.default_rng(0)
+x_in = {m.shape[0]: rng.standard_normal((1, m.shape[0]), dtype=np.float32) for m in matrices}  # one row per d_in
+A = rng.standard_normal((1024, 1024), dtype=np.float32)
+prefix = np.arange(64) + 1000  # any 64 token ids
+tokens = np.concatenate([prefix, np.arange(9) + 2000])
+
+
+def stream_weights():  # one row through every weight matrix, as a decode step does: [1, d_in] @ [d_in, d_out]
+    for w in matrices:
+        x_in[w.shape[0]] @ w
+
+
+def score(n):  # one call scoring n new positions after the cached prefix
+    model.cache.rollback(model.cache.length - len(prefix))     # forget the last call's positions
+    model.next_logits(tokens[:len(prefix) + n], n)             # n rows of logits, one forward pass
+
+
+def seconds(fn):  # -> the wall time of one call of fn
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 # %% tags=["machine"]
-def best_of(fn, repeats):  # -> seconds, the fastest of `repeats` calls
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
-
-
-rng = np.random.default_rng(0)
-A = rng.standard_normal((1024, 1024), dtype=np.float32)
-flops = 2 * 1024**3 / best_of(lambda: A @ A, 5)                 # FLOP/s at the arithmetic limit
-W = rng.standard_normal((d, V), dtype=np.float32)               # a [576, 49152] matrix: 113 MB
-x1 = rng.standard_normal((1, d), dtype=np.float32)
-bandwidth = W.nbytes / best_of(lambda: x1 @ W, 5)               # bytes/s at the memory limit
+print(f"{plots.machine_label()}; {openblas_description()}")
+model.next_logits(prefix, 1)                                   # fill the cache with the prefix
+jobs = {"matrix product": lambda: A @ A, "weights": stream_weights, **{n: (lambda n=n: score(n)) for n in range(1, 10)}}
+for fn in jobs.values():
+    fn()                                                       # once untimed: first use of every buffer
+rounds = 5 if QUICK else 15
+watch = LoadWatch()
+times = {job: [] for job in jobs}
+for _ in range(rounds):
+    for job, fn in jobs.items():
+        times[job].append(seconds(fn))
+others = watch.others()
+print(f"{rounds} rounds; other processes kept "
+      + (f"{others:.1f} of the {cores()} cores busy meanwhile" if others is not None else "an unknown load"))
+median = {job: float(np.median(t)) for job, t in times.items()}
+flops = 2 * 1024**3 / median["matrix product"]                 # FLOP/s at the arithmetic limit
+stream_s = median["weights"]                                   # seconds to read every weight once
+bandwidth = 4 * params / stream_s                              # bytes/s at the memory limit
+balance = flops / bandwidth
 print(f"this machine: {flops / 1e9:.0f} GFLOP/s (float32 matrix product), {bandwidth / 1e9:.1f} GB/s "
-      f"(reading a weight matrix)")
-print(f"machine balance: {flops / bandwidth:.0f} FLOP per byte; a decode step offers 0.5")
-print(f"decode step at the memory limit: {4 * params / bandwidth * 1e3:.0f} ms; "
-      f"at the arithmetic limit it would take {2 * params / flops * 1e3:.1f} ms")
+      f"(one row through every weight matrix: {4 * params / 1e6:.0f} MB in {stream_s * 1e3:.1f} ms)")
+print(f"machine balance: {balance:.0f} FLOP per byte; a decode step offers 0.5")
+print(f"reading the weights (a decode step's memory limit): {stream_s * 1e3:.1f} ms; its arithmetic at the "
+      f"arithmetic limit: {2 * params / flops * 1e3:.1f} ms, {stream_s / (2 * params / flops):.0f} times less")
+print(f"n tokens scored in one call offer 0.5 n FLOP per byte: that reaches this machine's balance at n = {2 * balance:.0f}")
 
 # %% [markdown]
-# The memory limit is several times the arithmetic limit: **a decode step waits for memory.** On accelerators the
+# The memory limit is the larger, by the factor printed: **a decode step waits for memory.** On accelerators the
 # gap is far wider (vendor peak figures, not measured here): an NVIDIA A100 does about 312 TFLOP/s in bfloat16
 # against about 2 TB/s of memory, some 150 FLOP per byte; an H100 about 990 TFLOP/s against 3.35 TB/s, about 300.
 #
 # Now score $n$ tokens in one call instead of one. Each weight is still read once, but it is used $n$ times:
-# arithmetic intensity $0.5\,n$ FLOP per byte. Until $0.5\,n$ approaches the machine balance the arithmetic is
-# hidden under the memory traffic, so **scoring $K + 1$ tokens should cost about one decode step.** That is the
-# premise of speculative sampling. On a GPU it holds for dozens of tokens; a 2-core CPU's balance (printed above) is
-# so low that it can hold for a few tokens at best. Whether it holds is a measurement.
+# arithmetic intensity $0.5\,n$ FLOP per byte. By this count alone, until $0.5\,n$ approaches the machine balance
+# the arithmetic is hidden under the memory traffic, so **scoring $K + 1$ tokens should cost about one decode
+# step.** That is the premise of speculative sampling. On a GPU with the balances above and 2-byte weights ($n$
+# FLOP per byte) the count puts that point past a hundred tokens; for this CPU the cell above prints it. The count
+# assumes the library multiplies several rows as cheaply per weight read as it multiplies one; whether it does is
+# a measurement.
 #
 # ## 2. Measured: one forward pass over $n = 1, \dots, 9$ new positions
 #
-# The plain NumPy model (`specref/smollm2/model.py`: every product is `x @ W`), a 64-token prefix already in the KV
-# cache, then one call that scores $n$ new positions (the $n$ rows a verifier needs). Each $n$ is timed in turn,
-# round after round, and the median is kept.
-
-# %%
-model = load_smollm2(progress=lambda message: None)  # the plain path; the weights are cached after the first run
-prefix = np.arange(64) + 1000  # any 64 token ids
-tokens = np.concatenate([prefix, np.arange(9) + 2000])
+# The plain NumPy model (`specref/smollm2/model.py`: every product is `x @ W`), timed in the rounds above: the
+# median of each $n$, against the decode step ($n = 1$) and against the weights-stream floor of the same rounds (a
+# decode step should cost that pass plus a little: attention, norms, the softmax).
 
 # %% tags=["machine"]
-def score_ms(n):  # one call scoring n new positions after the cached prefix -> milliseconds
-    model.cache.rollback(model.cache.length - len(prefix))     # forget the last call's positions
-    start = time.perf_counter()
-    model.next_logits(tokens[:len(prefix) + n], n)             # n rows of logits, one forward pass
-    return (time.perf_counter() - start) * 1e3
-
-
-model.next_logits(prefix, 1)  # fill the cache with the prefix
-rounds = 5 if QUICK else 15
-ms = {n: [] for n in range(1, 10)}
-for _ in range(rounds):
-    for n in ms:
-        ms[n].append(score_ms(n))
-ms = {n: float(np.median(t)) for n, t in ms.items()}
-step = ms[1]
-print(f"{rounds} rounds, medians; one decode step: {step:.1f} ms")
-print(" n   ms     decode steps   (ideal: 1.0; n separate steps: n)")
+ms = {n: median[n] * 1e3 for n in range(1, 10)}
+step, floor = ms[1], stream_s * 1e3
+print(f"one decode step: {step:.1f} ms; reading every weight once (the floor): {floor:.1f} ms; "
+      f"decode step / floor: {step / floor:.2f}")
+if step < floor:  # a decode step does every product of the pass, and more: only the load can put it below
+    print("  (the decode step came out below the floor: the machine's load moved these timings; run it again)")
+print(" n   ms     decode steps   (ideal: 1.0; n separate steps: n)   fastest-slowest round, ms")
 for n, t in ms.items():
-    print(f"{n:2d} {t:6.1f}   {t / step:5.2f}")
+    print(f"{n:2d} {t:6.1f}   {t / step:5.2f}                                       "
+          f"{min(times[n]) * 1e3:6.1f}-{max(times[n]) * 1e3:.1f}")
+below = [n for n in ms if n > 1 and ms[n] / step < n]
+print("one call cost less than n separate decode steps at n = " + (", ".join(map(str, below)) if below else "none")
+      + "; at or above them at n = " + (", ".join(str(n) for n in ms if n > 1 and n not in below) or "none"))
+falls = [f"{n} -> {n + 1} ({ms[n] / step:.2f} -> {ms[n + 1] / step:.2f})" for n in range(1, 9) if ms[n + 1] < ms[n]]
+print("the median cost fell as n grew at " + ", ".join(falls) if falls else "the median cost grew with every n")
 
 # %% tags=["machine"]
 ns = np.array(list(ms))
@@ -151,23 +189,31 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# **What the plot says.** Far below the dashed line: scoring $n$ positions in one call is much cheaper than $n$
-# decode steps, which is where any speedup comes from. But on most CPUs it is not flat either. The reason is how
-# NumPy's BLAS (OpenBLAS) multiplies: for a single row it streams each weight once (a matrix-vector product); for
-# two rows or more it runs a matrix-matrix kernel that first copies ("packs") blocks of the weight matrix into a
-# buffer laid out for its inner loop, then multiplies from the buffer. The packing reads and writes every weight
-# again, so going from one row to two costs far more than one extra row of arithmetic. The cost depends on the CPU:
-# measured with `python -m specref bench` (same model, its measured fast path), scoring 2, 5 and 9 tokens cost 1.77,
-# 2.30 and 2.44 decode steps on an Intel Xeon with AVX-512, 1.48, 1.89 and 2.21 on an AVX2-only AMD EPYC (Zen 3),
-# and about 1.15 for 5 tokens on a Zen 4 EPYC with AVX-512. On a GPU, scoring a handful of tokens costs little more
-# than one.
+# **What the plot says.** Wherever the measured curve is below the dashed line (the cell above prints where),
+# scoring $n$ positions in one call is cheaper than $n$ decode steps, which is where any speedup comes from. But
+# on most CPUs it is not flat either. The reason is how NumPy's BLAS (OpenBLAS) multiplies: for a single row it
+# streams each weight once (a matrix-vector product); for two rows or more it runs a matrix-matrix kernel that
+# first copies ("packs") blocks of the weight matrix into a buffer laid out for its inner loop,
+# then multiplies from the buffer. The packing reads and writes every weight again, so going from one row to two
+# costs far more than one extra row of arithmetic. The cost depends on the CPU and on which kernels OpenBLAS runs
+# on it: measured with `python -m specref bench` (same model, its measured fast path), scoring 2, 5 and 9 tokens
+# cost 1.77, 2.30 and 2.44 decode steps on an Intel Xeon with AVX-512, 1.48, 1.89 and 2.21 on an AVX2-only AMD
+# EPYC (Zen 3), and about 1.15 for 5 tokens on a Zen 4 EPYC with AVX-512. On a GPU, scoring a handful of tokens
+# costs little more than one.
+#
+# Where the median cost falls as $n$ grows (the cell prints where it did in this run), the cause is not the
+# arithmetic, which only grows with $n$. OpenBLAS splits a product into kernels of a few rows each, and some row
+# counts fit them better than others: over the fast path's weight panels, 5 rows once cost 1.6 times one row where
+# 6 rows cost 1.0 to 1.2 times (the note above `default_pad` in `specref/fast/kernels.py`, measured on another
+# CPU). And a shared machine moves single timings: the fastest and slowest rounds are printed beside each median.
 #
 # The packing is visible on a single matrix, the head:
 
 # %% tags=["machine"]
+W = model.weights.head  # [576, 49152], 113 MB
 for rows in (1, 2, 4, 8):
     X = rng.standard_normal((rows, d), dtype=np.float32)
-    t = best_of(lambda: X @ W, 7)
+    t = float(np.median([seconds(lambda: X @ W) for _ in range(7)]))
     print(f"{rows} row(s) @ [576, 49152]: {t * 1e3:5.1f} ms  ({W.nbytes / t / 1e9:4.1f} GB/s of weights)")
 
 # %% [markdown]

@@ -483,11 +483,13 @@ for name, alg in tree.ALGORITHMS.items():
 # %% [markdown]
 # ## 5. Scoring the tree in one call: the attention mask
 #
-# A chain of $K$ drafts is scored by one forward pass over $K$ new positions with the causal mask. A tree of $N$
-# nodes is scored by one forward pass over $N$ new positions too, with two changes:
+# In the speculative loop a chain of $K$ drafts is scored by one forward pass over $K + 1$ new positions with the
+# causal mask: the last call's final token (not in the KV cache yet) and the $K$ drafts, giving $K + 1$ rows. A
+# tree of $N$ nodes is scored by one forward pass over $N + 1$ new positions too, that token (the tree's root) and
+# the $N$ nodes, giving $N + 1$ rows, with two changes:
 #
-# - **the mask**: node $i$ may attend to the whole cached prefix and to the nodes on its own root-to-node path
-#   (itself and its ancestors), never to another branch;
+# - **the mask**: node $i$ may attend to the whole prefix (the root's token included) and to the nodes on its own
+#   root-to-node path (itself and its ancestors), never to another branch;
 # - **the positions**: node $i$ gets the RoPE position it would have in the chain of its own path,
 #   (prefix length) + (its depth below the root), so siblings share a position.
 #
@@ -575,25 +577,29 @@ path = [0, 2, 5]
 chain_words = prefix_words + [node_words[i] for i in path]
 out_chain, k_chain = attend(np.array([embed[w] for w in chain_words]), np.arange(len(chain_words)),
                             np.tril(np.ones((len(chain_words),) * 2, dtype=bool)), W)
+def gap(a, b):  # the largest difference, or "< 1e-12": float64 rounding, whose last bits vary with the CPU's BLAS
+    d = np.abs(a - b).max()
+    return "< 1e-12" if d < 1e-12 else f"{d:.1e}"
+
+
 for label, pos in (("positions prefix + depth", np.concatenate([np.arange(n_prefix), positions])),
                    ("positions by node index", np.arange(T))):
     out_tree, k_tree = attend(x_tree, pos, sees_all, W)
     rows = [n_prefix + i for i in path]                        # the path's nodes in the tree's layout
     print(f"{label:25}: the path's outputs differ from the chain's by "
-          f"{np.abs(out_tree[rows] - out_chain[n_prefix:]).max():.1e}, "
-          f"its keys by {np.abs(k_tree[rows] - k_chain[n_prefix:]).max():.1e}")
+          f"{gap(out_tree[rows], out_chain[n_prefix:])}, its keys by {gap(k_tree[rows], k_chain[n_prefix:])}")
 
 # %% [markdown]
 # ## 6. Tokens per call: a chain of $K$ against trees of $K$ nodes
 #
-# A tree of $N$ nodes is scored by one call over $N$ new positions, exactly what a chain of $K = N$ drafts costs,
-# so the fair comparison is at equal nodes. The expected number of tokens one call outputs can be computed
-# exactly by walking the tree shape: at a node, each way of drawing and testing its children is followed with its
-# chance, and an accepted child continues below it. Rows depend on the whole context: every prefix has its own
-# Dirichlet(0.3) row for the target over $V = 6$ tokens, and the draft is $\lambda \cdot$ target +
-# $(1 - \lambda) \cdot$ another such model, so $\lambda$ sets how good the draft is. Shapes with $K = 4$ nodes
-# (parents lists in the cell): a chain, "2x1" (two children of the root, one under each), "2+1+1" (two children,
-# then a chain under the first), "3+1", and "4" (four children of the root).
+# A tree of $N$ nodes is scored by one call over $N + 1$ new positions (the root's token and the nodes), exactly
+# what a chain of $K = N$ drafts costs ($K + 1$ positions), so the fair comparison is at equal nodes. The expected
+# number of tokens one call outputs can be computed exactly by walking the tree shape: at a node, each way of
+# drawing and testing its children is followed with its chance, and an accepted child continues below it. Rows
+# depend on the whole context: every prefix has its own Dirichlet(0.3) row for the target over $V = 6$ tokens, and
+# the draft is $\lambda \cdot$ target + $(1 - \lambda) \cdot$ another such model, so $\lambda$ sets how good the
+# draft is. Shapes with $K = 4$ nodes (parents lists in the cell): a chain, "2x1" (two children of the root, one
+# under each), "2+1+1" (two children, then a chain under the first), "3+1", and "4" (four children of the root).
 
 # %%
 SHAPES = {"chain": [-1, 0, 1, 2], "2x1": [-1, -1, 0, 1], "2+1+1": [-1, -1, 0, 2], "3+1": [-1, -1, -1, 0],
@@ -709,15 +715,15 @@ plt.show()
 #
 # Tokens per call are half the story. The wall-clock improvement over plain decoding is Leviathan's Theorem 3.8 with
 # the tree put in: (expected tokens per call) / (draft calls $\times c$ + the cost of the target call), with $c$ one
-# draft call and the target call (scoring $N$ new positions, $N + 1$ rows) both counted in decode steps of the
-# target. Against a chain of $K = N$ drafts:
+# draft call and the target call (scoring $N + 1$ new positions, the root's token and the $N$ nodes: $N + 1$ rows)
+# both counted in decode steps of the target. Against a chain of $K = N$ drafts:
 #
-# - **The target call costs the same**: $N$ new positions, whatever their shape (the mask changes which scores are
-#   $-\infty$, not how many are computed). Speculative sampling's premise is that this costs about one decode step,
-#   as it does for a few positions on a GPU. On a CPU it is more, and it grows with $N$: notebook 00 times one
-#   forward pass over 1 to 9 positions, and [`docs/performance.md`](../docs/performance.md#summary) has the scoring
-#   cost machine by machine. Where scoring more rows costs much more, a tree of $N$ nodes pays it exactly as a chain
-#   of $N$ does, and both can lose to plain decoding.
+# - **The target call costs the same**: $N + 1$ new positions, whatever the tree's shape (the mask changes which
+#   scores are $-\infty$, not how many are computed). Speculative sampling's premise is that this costs about one
+#   decode step, as it does for a few positions on a GPU. On a CPU it is more, and it grows with $N$: notebook 00
+#   times one forward pass over 1 to 9 positions, and [`docs/performance.md`](../docs/performance.md#summary) has
+#   the scoring cost machine by machine. Where scoring more rows costs much more, a tree of $N$ nodes pays it
+#   exactly as a chain of $N$ drafts does, and both can lose to plain decoding.
 # - **The draft is called less**: once at the root and once per node that has children (all of a node's children
 #   come from its one row), so a wide tree needs fewer draft calls than a chain of the same size (the "4" tree: one;
 #   the chain: four).

@@ -61,6 +61,21 @@ def test_optimal_gamma_is_the_brute_force_argmax(alpha, c):
     assert values[g - 1] == max(values)
 
 
+def test_optimal_gamma_with_free_drafts_is_as_documented():
+    # alpha = 0: nothing is ever accepted, every gamma gives 1, the smallest wins
+    assert speedup.optimal_gamma(0.0, 0.0) == 1
+    # alpha = 1, or large: the improvement still grows at gamma_max
+    assert speedup.optimal_gamma(1.0, 0.0) == 64 and speedup.optimal_gamma(1.0, 0.0, gamma_max=10) == 10
+    assert speedup.optimal_gamma(0.8, 0.0) == 64
+    # small alpha: float64 stops growing once alpha^gamma is below about 1e-16, and the first such gamma wins
+    for alpha, expected in ((0.1, 16), (0.3, 30), (0.5, 53)):
+        g = speedup.optimal_gamma(alpha, 0.0)
+        values = [float(speedup.walltime_improvement(alpha, k, 0.0)) for k in range(1, 65)]
+        assert g == expected
+        assert values[g - 2] < values[g - 1] == max(values) == values[-1]
+        assert 1e-17 < alpha ** g < 1e-15
+
+
 @settings(max_examples=100, deadline=None)
 @given(st.floats(0.01, 0.99), st.floats(0, 0.99))
 def test_corollary_3_9(alpha, c):
