@@ -8,6 +8,7 @@ and the times that count are the ones the executed notebooks print beside each g
 """
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -96,14 +97,6 @@ def test_rng_choice_is_a_correct_way_to_draw():
     assert "13 vectors" in result.verdict and "exact law on 5 cases" in result.verdict
 
 
-def test_a_generator_method_the_grader_cannot_control_leaves_the_chi_square():
-    def verify_integers(x_draft, p, q, rng):
-        return mrs.verify(x_draft, p, q, np.random.default_rng(rng.integers(2**32)))
-    result = timed(exercises.check_verify, verify_integers)
-    assert result, result
-    assert "skipped: it calls rng.integers" in result.verdict
-
-
 # ---------------------------------------------------------------- wrong answers, with their diagnoses
 
 # The mistakes the brief of the exercises names, each with the words its diagnosis must contain.
@@ -188,7 +181,6 @@ def reseeded(x_draft, p, q, rng):  # a generator made (and seeded) inside: the s
     (inclusive_accept, "edge q(x) = 0, u = 0", "SGLang #35771"),
     (unguarded_residual, "edge all-zero residual", "probabilities contain NaN"),
     (uniforms_up_front, "vectors", "the law is exact (enumerated) and passes the chi-square"),
-    (residual_drawn_backwards, "vectors", "the law passes the chi-square"),
     (global_generator, "randomness", "the same uniforms gave different tokens"),
     (reseeded, "randomness", "never draws from the rng it is handed"),
 ])
@@ -372,3 +364,128 @@ def test_the_module_imports_no_model_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == "", f"importing specref.lessons.exercises imported {out.split()}"
+
+
+# ---------------------------------------------------------------- holes found by trying 46 wrong answers (issue 41)
+
+def inverse_cdf(weights, u):  # the token whose step of the CDF of weights holds u
+    c = np.cumsum(weights) / np.sum(weights)
+    return min(int(np.searchsorted(c, u, side="right")), len(weights) - 1)
+
+
+def residual_or_q(p_t, q_t):
+    r = np.maximum(q_t - p_t, 0.0)
+    return r if r.sum() > 0 else q_t
+
+
+# hole 1: randomness the grader cannot control
+
+def keeps_q_zero_with_integers(x_draft, p, q, rng):  # u <= q/p with u from rng.integers: keeps q(x) = 0 when u = 0
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.integers(0, 2**53) / 2**53 <= q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def accept_with_binomial(x_draft, p, q, rng):  # the accept test as a Bernoulli draw: the law is right
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.binomial(1, min(1.0, q[t, x] / p[t, x])):
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def accept_with_normal(x_draft, p, q, rng):  # u = Phi(z) for a standard normal z: a uniform, but not rng.random()
+    out = []
+    for t, x in enumerate(x_draft):
+        u = 0.5 * math.erfc(-rng.standard_normal() / math.sqrt(2))
+        if u < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def exponential_race(x_draft, p, q, rng):  # each draw is argmax(w / E), E = -log(1 - u) [V]: the law is right
+    V = p.shape[1]
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [int(np.argmax(residual_or_q(p[t], q[t]) / -np.log1p(-rng.random(size=V))))])
+    return np.array(out + [int(np.argmax(q[len(x_draft)] / -np.log1p(-rng.random(size=V))))])
+
+
+def seeded_from_integers(x_draft, p, q, rng):  # a generator of its own, seeded from rng
+    return mrs.verify(x_draft, p, q, np.random.default_rng(rng.integers(2**32)))
+
+
+@pytest.mark.parametrize("f, calls", [(seeded_from_integers, "rng.integers"),
+                                      (keeps_q_zero_with_integers, "rng.integers"),
+                                      (accept_with_binomial, "rng.binomial"),
+                                      (accept_with_normal, "rng.standard_normal"),
+                                      (exponential_race, "paths")])
+def test_randomness_the_grader_cannot_control_is_not_a_pass(f, calls):
+    result = timed(exercises.check_verify, f)
+    assert not result, result
+    assert "not graded exactly: draw uniforms with rng.random()" in result.diagnosis, result
+    assert calls in result.diagnosis, result
+
+
+# hole 4: decisions inside the grader's cells
+
+def accept_uniform_reused(x_draft, p, q, rng):  # after a rejection (u - a) / (1 - a) is a fresh uniform: the law is right
+    out = []
+    for t, x in enumerate(x_draft):
+        a = min(1.0, q[t, x] / p[t, x])
+        u = rng.random()
+        if u < a:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), (u - a) / (1 - a))])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def lenient(x_draft, p, q, rng):  # accepts iff u < q / (0.95 p): a lossy lenience
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / (0.95 * p[t, x]):
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def test_a_right_law_with_its_uniforms_used_otherwise_is_not_called_wrong():
+    result = timed(exercises.check_verify, accept_uniform_reused)
+    assert not result and result.check == "vectors", result
+    assert "the law is exact (enumerated)" in result.diagnosis and "documented order" in result.diagnosis, result
+
+
+def test_a_lossy_lenience_fails_the_exact_law():
+    result = timed(exercises.check_verify, lenient)
+    assert not result and result.check.startswith("exact law"), result
+    assert "keeps draft" in result.diagnosis and "min(1, q/p)" in result.diagnosis, result
+
+
+def test_residual_drawn_backwards_is_enumerated_exactly():
+    result = timed(exercises.check_verify, residual_drawn_backwards)
+    assert not result and result.check == "vectors" and "the law is exact (enumerated)" in result.diagnosis, result
+
+
+def test_exact_law_cuts_the_cells_where_a_decision_switches():
+    from specref.lessons.exercises import uniforms
+
+    def two_thresholds(rng):  # switches at 0.3 and 0.7 + 1e-9 on the first uniform, 1/3 on the second: no edge there
+        u = rng.random()
+        return (u < 0.3, u < 0.7 + 1e-9 and rng.random() < 1 / 3)
+    law = uniforms.exact_law(two_thresholds, [0.5])
+    exact = {(True, True): 0.1, (True, False): 0.2, (False, True): (0.4 + 1e-9) / 3,
+             (False, False): (0.4 + 1e-9) * 2 / 3 + 0.3 - 1e-9}
+    assert set(law) == set(exact) and all(abs(law[k] - v) < 1e-12 for k, v in exact.items()), law
