@@ -94,7 +94,7 @@ def verify_with_choice(x_draft, p, q, rng):  # the usual NumPy idiom: rng.choice
 def test_rng_choice_is_a_correct_way_to_draw():
     result = timed(exercises.check_verify, verify_with_choice)
     assert result, result
-    assert "13 vectors" in result.verdict and "exact law on 5 cases" in result.verdict
+    assert "13 vectors" in result.verdict and "exact law on 7 cases" in result.verdict
 
 
 # ---------------------------------------------------------------- wrong answers, with their diagnoses
@@ -436,6 +436,51 @@ def test_randomness_the_grader_cannot_control_is_not_a_pass(f, calls):
     assert not result, result
     assert "not graded exactly: draw uniforms with rng.random()" in result.diagnosis, result
     assert calls in result.diagnosis, result
+
+
+# hole 2: small residual entries, zero entries and ties
+
+def drops_small_residual_entries(x_draft, p, q, rng):  # "numerical cleanup": entries below 0.01 zeroed, renormalised
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        r = residual_or_q(p[t], q[t])
+        r = np.where(r / r.sum() < 0.01, 0.0, r)
+        return np.array(out + [inverse_cdf(r, rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def residual_dropping_small_entries(p, q):
+    r = np.maximum(q - p, 0.0)
+    if r.sum() == 0:
+        return q.copy()
+    r = np.where(r / r.sum() < 0.01, 0.0, r)
+    return r / r.sum() if r.sum() > 0 else q.copy()
+
+
+def test_the_exact_cases_hold_small_residual_entries_zeros_and_ties():
+    from specref.lessons.exercises import residual as residual_module, verify as verify_module
+    rows = [(c.p[t], c.q[t]) for c in verify_module.VERIFY_CASES for t in range(len(c.x_draft))]
+    rows += [(p, q) for _, p, q in residual_module.RESIDUAL_CASES]
+    for pairs, where in ((rows[:-len(residual_module.RESIDUAL_CASES)], "verify"),
+                         (rows[-len(residual_module.RESIDUAL_CASES):], "residual")):
+        entries = [residual_module._residual_exact(p, q) for p, q in pairs]
+        assert min(v for r in entries for v in r if v > 0) < exercises.grading.F(1, 100), where
+        assert any(0 in r and max(r) > 0 for r in entries), where
+        assert any(len({v for v in r if v > 0}) < sum(1 for v in r if v > 0) for r in entries), where
+
+
+def test_a_verify_that_drops_small_residual_entries_fails():
+    result = timed(exercises.check_verify, drops_small_residual_entries)
+    assert not result and result.check.startswith("exact law"), result
+    assert "never returns" in result.diagnosis, result
+
+
+def test_a_residual_that_drops_small_entries_fails():
+    result = timed(exercises.check_residual, residual_dropping_small_entries)
+    assert not result and result.check.startswith("exact, case 'small"), result
 
 
 # hole 4: decisions inside the grader's cells

@@ -1,8 +1,8 @@
 """check_residual: norm(max(0, q - p)), the law a token is drawn from after a rejection, and its known mistakes.
 
-`check_residual` checks norm(max(0, q - p)) on eight cases (overlapping rows, q(x) = 0, one-hot p and q, disjoint
-supports, p == q, p and q one rounding apart, V = 50257), saying what Theorem 1's law min(p, q) + (1 - beta) r
-becomes with a wrong r; then Theorem 1 by simulation: N_CALLS tokens of one MRS step (x ~ p, kept with
+`check_residual` checks norm(max(0, q - p)) on ten cases (overlapping rows, q(x) = 0, one-hot p and q, disjoint
+supports, p == q, p and q one rounding apart, entries of 2^-20 and 1/512 beside zeros, three equal entries,
+V = 50257), saying what Theorem 1's law min(p, q) + (1 - beta) r becomes with a wrong r; then Theorem 1 by simulation: N_CALLS tokens of one MRS step (x ~ p, kept with
 probability min(1, q/p), else drawn from the answer's residual) on Dirichlet rows over V = 6, by
 `stats.chi_square_gof` against q at stats.LEVEL = 1e-3, seed SEED.
 """
@@ -22,7 +22,8 @@ from .grading import N_CALLS, SEED, TOL, F, Result, _call, _Fail, _first_match, 
 
 
 # Cases of (p, q); the answer is computed from them in exact arithmetic.
-_q, _e = F(1, 4), F(1, 8)
+_h, _q, _e, _s = F(1, 2), F(1, 4), F(1, 8), F(1, 16)
+_tiny, _small = F(1, 2**20), F(1, 512)
 RESIDUAL_CASES = [
     ("rows that overlap", [F(1, 2), _e, _e, _q], [_q, _q, 3 * _e, _e]),
     ("q(x) = 0 where p has mass", [_q, _q, F(1, 2)], [F(1, 2), F(1, 2), 0]),
@@ -31,8 +32,12 @@ RESIDUAL_CASES = [
     ("disjoint supports", [F(1, 2), F(1, 2), 0, 0], [0, 0, _q, 3 * _q]),
     ("p == q (the excess is all zero: q)", [F(1, 2), _q, _q], [F(1, 2), _q, _q]),
     ("p and q one rounding apart (all zero: q)", [_q, _q, _q, _q], [F(0.25 * (1 - 1e-12)), _q, _q, _q]),
+    # max(0, q - p) = [0, 0, 2^-20, 1/512, 1/512, 1/4]: an answer that drops or rounds small entries fails here
+    ("small entries beside zeros", [_h, _q, _e, _s, _s, 0],
+     [_q - 2 * _small - _tiny, _q, _e + _tiny, _s + _small, _s + _small, _q]),
+    ("ties: three equal entries", [_h, _e, _e, _q, 0], [_q, _q, _q, _e, _e]),  # max(0, q - p) = [0, 1/8, 1/8, 0, 1/8]
 ]
-del _q, _e
+del _h, _q, _e, _s, _tiny, _small
 
 
 def _residual_exact(p, q) -> list:  # norm(max(0, q - p)), q where it is all zero, exact

@@ -4,9 +4,10 @@
 - contract: one call with a real generator returns 1 to K + 1 integer ids in [0, V) and leaves its inputs alone;
 - randomness: the same uniforms give the same tokens, twelve times on each of two cases (no np.random, no
   generator of its own);
-- exact law, in any order of the uniforms: on five small cases (a rejection then the residual, a ratio above 1,
-  p == q, q(x) = 0 at a drafted token, one-hot rows) the law of the function's output over its uniforms is
-  enumerated (`uniforms.exact_law`) and must equal `stats.token_call_law` computed in fractions (to TOL).  The cells start at every value where the correct rule or a known mistake can decide differently on
+- exact law, in any order of the uniforms: on seven small cases (a rejection then the residual, a ratio above 1,
+  p == q, q(x) = 0 at a drafted token, one-hot rows, residual entries of 2^-20 and 1/512 beside zeros, equal
+  residual entries and a tied argmax) the law of the function's output over its uniforms is enumerated
+  (`uniforms.exact_law`) and must equal `stats.token_call_law` computed in fractions (to TOL).  The cells start at every value where the correct rule or a known mistake can decide differently on
   these rows (a ratio q/p or p/q, a step of an inverse CDF); where the function decides inside a cell, the
   probes find the switch and the cell is cut there, so an answer that decides elsewhere is enumerated exactly
   too.  A function the enumeration cannot follow (too many uniforms or paths) is not graded exactly, and fails;
@@ -103,12 +104,13 @@ VERIFY_MISTAKES = [
 
 def _verify_breakpoints(x_draft, p, q) -> list[float]:
     """Every value at which the correct rule or a known mistake can decide differently on these rows: the
-    ratios q/p and p/q, and the steps of the inverse CDF of every row they draw from."""
+    ratios q/p and p/q, and the steps of the inverse CDF of every row they draw from (q[t] without the
+    rejected token: the drafted one, or p[t]'s argmax when that is verified instead)."""
     K, V = p.shape
     rows = [*p, *q]
     for t in range(K):
         rows += [np.maximum(q[t] - p[t], 0.0), np.maximum(p[t] - q[t], 0.0)]
-        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in range(V)]
+        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in {int(x_draft[t]), stats.first_max(p[t])}]
     edges = []
     for r in rows:
         if r.sum() > 0:
@@ -121,7 +123,8 @@ def _verify_breakpoints(x_draft, p, q) -> list[float]:
 
 # ---------------------------------------------------------------- check_verify
 
-h, t, e, th = F(1, 2), F(1, 4), F(1, 8), F(1, 3)  # halves, quarters, eighths, thirds
+h, t, e, th, s = F(1, 2), F(1, 4), F(1, 8), F(1, 3), F(1, 16)  # halves, quarters, eighths, thirds, sixteenths
+tiny, small = F(1, 2**20), F(1, 512)  # residual entries of about 4e-6 and 0.008 once normalised
 # Small cases whose every decision boundary is a simple fraction: the exact tier enumerates each law.
 VERIFY_CASES = [
     _case("a rejection then the residual", [0, 1], [[h, t, t, 0], [t, t, t, t]],
@@ -131,8 +134,13 @@ VERIFY_CASES = [
     _case("p == q", [1, 2], [[h, t, t], [t, h, t]], [[h, t, t], [t, h, t], [t, t, h]]),
     _case("q(x) = 0 at a drafted token", [0, 2], [[h, h, 0], [th, th, th]], [[0, 3 * t, t], [h, h, 0], [th, th, th]]),
     _case("one-hot rows", [1, 2], [[0, 1, 0], [h, 0, h]], [[t, t, h], [0, 0, 1], [h, t, t]]),
+    # max(0, q - p) = [0, 0, 2^-20, 1/512, 1/512, 1/4]: an answer that drops or rounds small entries fails here
+    _case("small residual entries beside zeros", [0], [[h, t, e, s, s, 0]],
+          [[t - small * 2 - tiny, t, e + tiny, s + small, s + small, t], [t, 0, t, t, t, 0]]),
+    # max(0, q - p) = [0, 1/8, 1/8, 0], two equal entries; q[K] ties at its argmax (p == q above has ratios of 1)
+    _case("ties: equal residual entries, a tied argmax", [0], [[h, e, e, t]], [[t, t, t, t], [3 * e, 3 * e, t, 0]]),
 ]
-del h, t, e, th
+del h, t, e, th, s, tiny, small
 
 
 def _tokens(out, x_draft: np.ndarray, V: int, check: str, where: str) -> tuple:
