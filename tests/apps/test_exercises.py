@@ -483,6 +483,19 @@ def test_a_residual_that_drops_small_entries_fails():
     assert not result and result.check.startswith("exact, case 'small"), result
 
 
+# hole 3: Eq. 1 on gamma up to 64 and on random alpha, near 0 and near 1
+
+@pytest.mark.parametrize("f", [
+    lambda a, g: g + 1.0 if a == 1 else 1 / (1 - a) if g > 10 else (1 - a ** (g + 1)) / (1 - a),  # the limit past 10
+    lambda a, g: g + 1.0 if a > 0.999 else (1 - a ** (g + 1)) / (1 - a),  # alpha near 1 taken as 1
+    lambda a, g: 1.0 if a < 1e-3 else g + 1.0 if a == 1 else (1 - a ** (g + 1)) / (1 - a),  # alpha near 0 taken as 0
+    lambda a, g: g + 1.0 if a == 1 else sum(a ** i for i in range(min(g, 20) + 1)),  # a series cut at 20 terms
+], ids=["limit_past_10", "near_1_as_1", "near_0_as_0", "series_cut_at_20"])
+def test_eq1_is_checked_up_to_gamma_64_and_alpha_near_0_and_1(f):
+    result = timed(exercises.check_expected_tokens, f)
+    assert not result and result.check.startswith("Eq. 1"), result
+
+
 # hole 4: decisions inside the grader's cells
 
 def accept_uniform_reused(x_draft, p, q, rng):  # after a rejection (u - a) / (1 - a) is a fresh uniform: the law is right
