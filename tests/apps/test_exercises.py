@@ -547,3 +547,54 @@ def test_exact_law_cuts_the_cells_where_a_decision_switches():
     exact = {(True, True): 0.1, (True, False): 0.2, (False, True): (0.4 + 1e-9) / 3,
              (False, False): (0.4 + 1e-9) * 2 / 3 + 0.3 - 1e-9}
     assert set(law) == set(exact) and all(abs(law[k] - v) < 1e-12 for k, v in exact.items()), law
+
+
+# hole 5: diagnoses that name what the answer did
+
+def greedy_one_hot(x_draft, p, q, rng):  # keeps a draft iff it is the argmax of q; the uniforms are ignored
+    out = []
+    for t, x in enumerate(x_draft):
+        if int(x) == int(np.argmax(q[t])):
+            out.append(int(x))
+            continue
+        return np.array(out + [int(np.argmax(q[t]))])
+    return np.array(out + [int(np.argmax(q[len(x_draft)]))])
+
+
+def residual_float32(p, q):
+    r = np.maximum(q.astype(np.float32) - p.astype(np.float32), np.float32(0))
+    return (r / r.sum() if r.sum() > 0 else q.astype(np.float32)).astype(np.float64)
+
+
+def min_on_the_carried_weight(x, p, q):  # w_i = min(1, w_{i-1}) q_i/p_i
+    w = [1.0]
+    for i, v in enumerate(x):
+        w.append(min(1.0, w[-1]) * q[i, v] / p[i, v])
+    return np.array(w)
+
+
+def min_on_the_ratio(x, p, q):  # w_i = w_{i-1} min(1, q_i/p_i)
+    w = [1.0]
+    for i, v in enumerate(x):
+        w.append(w[-1] * min(1.0, q[i, v] / p[i, v]))
+    return np.array(w)
+
+
+def test_a_greedy_shortcut_is_told_it_ignores_the_uniforms():
+    result = timed(exercises.check_verify, greedy_one_hot)
+    assert not result and "argmax" in result.diagnosis and "ignores the uniforms" in result.diagnosis, result
+    assert "never draws from the rng it is handed" not in result.diagnosis, result
+
+
+def test_a_float32_residual_is_shown_its_difference():
+    result = timed(exercises.check_residual, residual_float32)
+    assert not result and "float32" in result.diagnosis, result
+    returned, expected = result.diagnosis.split("returned ")[1].split(", expected ")
+    assert returned.split("]")[0] != expected.split("]")[0], result
+
+
+@pytest.mark.parametrize("f, words", [(min_on_the_carried_weight, "min(1, w_{i-1}) q_i/p_i"),
+                                      (min_on_the_ratio, "w_{i-1} min(1, q_i/p_i)")])
+def test_a_misplaced_min_is_named(f, words):
+    result = timed(exercises.check_block_weights, f)
+    assert not result and words in result.diagnosis and "missing" not in result.diagnosis, result

@@ -174,8 +174,8 @@ def _vectors(function: str) -> tuple[dict, ...]:
 
 
 def _first_match(mistakes, f_outcomes: list, outcome_of: Callable) -> str:
-    """The label of the first known mistake that gives f's answers on every case up to f's first wrong one
-    (f_outcomes holds those), or ''.  outcome_of(wrong, i) is the mistake's answer on case i."""
+    """The label of the first known mistake that gives f's answers on every case (f_outcomes holds them), or ''.
+    outcome_of(wrong, i) is the mistake's answer on case i."""
     return next((label for label, wrong in mistakes
                  if all(_same(o, outcome_of(wrong, i)) for i, o in enumerate(f_outcomes))), "")
 

@@ -194,6 +194,34 @@ def _law_details(law: dict, case: _Case) -> str:
     return "; ".join(said)
 
 
+def _is_greedy(outputs: list[tuple], cases: list[_Case]) -> bool:
+    """Whether every token of every output is an argmax of its position's row of q or of the residual."""
+    for out, case in zip(outputs, cases):
+        for t, y in enumerate(out):
+            rows = [case.q[t]] + ([[max(F(0), b - a) for a, b in zip(case.p[t], case.q[t])]] if t < len(case.p) else [])
+            if not any(row[y] == max(row) for row in rows):
+                return False
+    return True
+
+
+def _ignores_uniforms(f, limits: Limits, draws: bool) -> str:
+    """The diagnosis of a function whose output is the same whatever the uniforms: what it returns instead."""
+    outputs = []
+    for case in VERIFY_CASES:
+        x_draft, p, q = case.arrays()
+        where = f"x_draft = {x_draft.tolist()}"
+        out = _call(limits, "randomness", f, x_draft.copy(), p.copy(), q.copy(), _Listed([], tail=0.5), where=where)
+        outputs.append(_tokens(out, x_draft, p.shape[1], "randomness", where))
+    example = f"{list(outputs[0])} for x_draft = {list(VERIFY_CASES[0].x_draft)} whatever the uniforms"
+    if _is_greedy(outputs, VERIFY_CASES):
+        return (f"decides by argmax and ignores the uniforms: {'they change nothing' if draws else 'it draws none'}, "
+                f"and every token it returns is an argmax of q or of the residual ({example}); keep draft x when "
+                "rng.random() < q(x)/p(x), and draw the token after the tests from the residual or q[K]")
+    drawn = "it draws uniforms and then ignores them" if draws else "it never draws from the rng it is handed"
+    return (f"{drawn}, and returns the same tokens every call ({example}): a generator made inside with a fixed "
+            "seed, or a rule without randomness?  Draw every uniform with the rng's random()")
+
+
 def _bug_law(bug, case: _Case) -> dict | None:  # a known mistake's exact law on a case (None if it cannot run there)
     x_draft, p, q = case.arrays()
     try:
@@ -229,13 +257,12 @@ def _verify_deterministic(f, limits: Limits) -> None:
 def _verify_exact(f, limits: Limits) -> str:
     """The exact tier: each case's law over f's uniforms (`uniforms.exact_law`), against `stats.token_call_law`;
     '' if every law was enumerated, else why not."""
-    laws, wrong = {}, []
+    laws, wrong, deepest = {}, [], [0]  # deepest: the most uniforms a call drew
     for case in VERIFY_CASES:
         x_draft, p, q = case.arrays()
         check = f"exact law, case '{case.name}'"
-        deepest = [0]
 
-        def run(rng, x_draft=x_draft, p=p, q=q, check=check, deepest=deepest):
+        def run(rng, x_draft=x_draft, p=p, q=q, check=check):
             try:
                 out = limits.call(f, x_draft.copy(), p.copy(), q.copy(), rng)
             except CONTROL:
@@ -250,12 +277,10 @@ def _verify_exact(f, limits: Limits) -> str:
             laws[case.name] = exact_law(run, _verify_breakpoints(x_draft, p, q))
         except _TooDeep as e:
             return f"{e} (case '{case.name}')"
-        correct = stats.token_call_law(list(case.x_draft), case.p, case.q)
-        if deepest[0] == 0 and len(correct) > 1:
-            raise _Fail("randomness", "the function never draws from the rng it is handed (np.random's global "
-                                      "generator, or a new generator made inside, instead of rng?)")
-        if stats.total_variation(laws[case.name], correct) > TOL:
+        if stats.total_variation(laws[case.name], stats.token_call_law(list(case.x_draft), case.p, case.q)) > TOL:
             wrong.append((case, check))
+    if all(len(law) == 1 for law in laws.values()):  # one output a case, whatever the uniforms
+        raise _Fail("randomness", _ignores_uniforms(f, limits, draws=deepest[0] > 0))
     if not wrong:
         return ""
     case, check = wrong[0]
