@@ -8,6 +8,7 @@ and the times that count are the ones the executed notebooks print beside each g
 """
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -94,15 +95,7 @@ def verify_with_choice(x_draft, p, q, rng):  # the usual NumPy idiom: rng.choice
 def test_rng_choice_is_a_correct_way_to_draw():
     result = timed(exercises.check_verify, verify_with_choice)
     assert result, result
-    assert "13 vectors" in result.verdict and "exact law on 5 cases" in result.verdict
-
-
-def test_a_generator_method_the_grader_cannot_control_leaves_the_chi_square():
-    def verify_integers(x_draft, p, q, rng):
-        return mrs.verify(x_draft, p, q, np.random.default_rng(rng.integers(2**32)))
-    result = timed(exercises.check_verify, verify_integers)
-    assert result, result
-    assert "skipped: it calls rng.integers" in result.verdict
+    assert "13 vectors" in result.verdict and "exact law on 7 cases" in result.verdict
 
 
 # ---------------------------------------------------------------- wrong answers, with their diagnoses
@@ -189,7 +182,6 @@ def reseeded(x_draft, p, q, rng):  # a generator made (and seeded) inside: the s
     (inclusive_accept, "edge q(x) = 0, u = 0", "SGLang #35771"),
     (unguarded_residual, "edge all-zero residual", "probabilities contain NaN"),
     (uniforms_up_front, "vectors", "the law is exact (enumerated) and passes the chi-square"),
-    (residual_drawn_backwards, "vectors", "the law passes the chi-square"),
     (global_generator, "randomness", "the same uniforms gave different tokens"),
     (reseeded, "randomness", "never draws from the rng it is handed"),
 ])
@@ -373,3 +365,237 @@ def test_the_module_imports_no_model_code():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
     assert out.strip() == "", f"importing specref.lessons.exercises imported {out.split()}"
+
+
+# ---------------------------------------------------------------- holes found by trying 46 wrong answers (issue 41)
+
+def inverse_cdf(weights, u):  # the token whose step of the CDF of weights holds u
+    c = np.cumsum(weights) / np.sum(weights)
+    return min(int(np.searchsorted(c, u, side="right")), len(weights) - 1)
+
+
+def residual_or_q(p_t, q_t):
+    r = np.maximum(q_t - p_t, 0.0)
+    return r if r.sum() > 0 else q_t
+
+
+# hole 1: randomness the grader cannot control
+
+def keeps_q_zero_with_integers(x_draft, p, q, rng):  # u <= q/p with u from rng.integers: keeps q(x) = 0 when u = 0
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.integers(0, 2**53) / 2**53 <= q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def accept_with_binomial(x_draft, p, q, rng):  # the accept test as a Bernoulli draw: the law is right
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.binomial(1, min(1.0, q[t, x] / p[t, x])):
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def accept_with_normal(x_draft, p, q, rng):  # u = Phi(z) for a standard normal z: a uniform, but not rng.random()
+    out = []
+    for t, x in enumerate(x_draft):
+        u = 0.5 * math.erfc(-rng.standard_normal() / math.sqrt(2))
+        if u < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def exponential_race(x_draft, p, q, rng):  # each draw is argmax(w / E), E = -log(1 - u) [V]: the law is right
+    V = p.shape[1]
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        return np.array(out + [int(np.argmax(residual_or_q(p[t], q[t]) / -np.log1p(-rng.random(size=V))))])
+    return np.array(out + [int(np.argmax(q[len(x_draft)] / -np.log1p(-rng.random(size=V))))])
+
+
+def seeded_from_integers(x_draft, p, q, rng):  # a generator of its own, seeded from rng
+    return mrs.verify(x_draft, p, q, np.random.default_rng(rng.integers(2**32)))
+
+
+@pytest.mark.parametrize("f, calls", [(seeded_from_integers, "rng.integers"),
+                                      (keeps_q_zero_with_integers, "rng.integers"),
+                                      (accept_with_binomial, "rng.binomial"),
+                                      (accept_with_normal, "rng.standard_normal"),
+                                      (exponential_race, "paths")])
+def test_randomness_the_grader_cannot_control_is_not_a_pass(f, calls):
+    result = timed(exercises.check_verify, f)
+    assert not result, result
+    assert "not graded exactly: draw uniforms with rng.random()" in result.diagnosis, result
+    assert calls in result.diagnosis, result
+
+
+# hole 2: small residual entries, zero entries and ties
+
+def drops_small_residual_entries(x_draft, p, q, rng):  # "numerical cleanup": entries below 0.01 zeroed, renormalised
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / p[t, x]:
+            out.append(int(x))
+            continue
+        r = residual_or_q(p[t], q[t])
+        r = np.where(r / r.sum() < 0.01, 0.0, r)
+        return np.array(out + [inverse_cdf(r, rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def residual_dropping_small_entries(p, q):
+    r = np.maximum(q - p, 0.0)
+    if r.sum() == 0:
+        return q.copy()
+    r = np.where(r / r.sum() < 0.01, 0.0, r)
+    return r / r.sum() if r.sum() > 0 else q.copy()
+
+
+def test_the_exact_cases_hold_small_residual_entries_zeros_and_ties():
+    from specref.lessons.exercises import residual as residual_module, verify as verify_module
+    rows = [(c.p[t], c.q[t]) for c in verify_module.VERIFY_CASES for t in range(len(c.x_draft))]
+    rows += [(p, q) for _, p, q in residual_module.RESIDUAL_CASES]
+    for pairs, where in ((rows[:-len(residual_module.RESIDUAL_CASES)], "verify"),
+                         (rows[-len(residual_module.RESIDUAL_CASES):], "residual")):
+        entries = [residual_module._residual_exact(p, q) for p, q in pairs]
+        assert min(v for r in entries for v in r if v > 0) < exercises.grading.F(1, 100), where
+        assert any(0 in r and max(r) > 0 for r in entries), where
+        assert any(len({v for v in r if v > 0}) < sum(1 for v in r if v > 0) for r in entries), where
+
+
+def test_a_verify_that_drops_small_residual_entries_fails():
+    result = timed(exercises.check_verify, drops_small_residual_entries)
+    assert not result and result.check.startswith("exact law"), result
+    assert "never returns" in result.diagnosis, result
+
+
+def test_a_residual_that_drops_small_entries_fails():
+    result = timed(exercises.check_residual, residual_dropping_small_entries)
+    assert not result and result.check.startswith("exact, case 'small"), result
+
+
+# hole 3: Eq. 1 on gamma up to 64 and on random alpha, near 0 and near 1
+
+@pytest.mark.parametrize("f", [
+    lambda a, g: g + 1.0 if a == 1 else 1 / (1 - a) if g > 10 else (1 - a ** (g + 1)) / (1 - a),  # the limit past 10
+    lambda a, g: g + 1.0 if a > 0.999 else (1 - a ** (g + 1)) / (1 - a),  # alpha near 1 taken as 1
+    lambda a, g: 1.0 if a < 1e-3 else g + 1.0 if a == 1 else (1 - a ** (g + 1)) / (1 - a),  # alpha near 0 taken as 0
+    lambda a, g: g + 1.0 if a == 1 else sum(a ** i for i in range(min(g, 20) + 1)),  # a series cut at 20 terms
+], ids=["limit_past_10", "near_1_as_1", "near_0_as_0", "series_cut_at_20"])
+def test_eq1_is_checked_up_to_gamma_64_and_alpha_near_0_and_1(f):
+    result = timed(exercises.check_expected_tokens, f)
+    assert not result and result.check.startswith("Eq. 1"), result
+
+
+# hole 4: decisions inside the grader's cells
+
+def accept_uniform_reused(x_draft, p, q, rng):  # after a rejection (u - a) / (1 - a) is a fresh uniform: the law is right
+    out = []
+    for t, x in enumerate(x_draft):
+        a = min(1.0, q[t, x] / p[t, x])
+        u = rng.random()
+        if u < a:
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), (u - a) / (1 - a))])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def lenient(x_draft, p, q, rng):  # accepts iff u < q / (0.95 p): a lossy lenience
+    out = []
+    for t, x in enumerate(x_draft):
+        if rng.random() < q[t, x] / (0.95 * p[t, x]):
+            out.append(int(x))
+            continue
+        return np.array(out + [inverse_cdf(residual_or_q(p[t], q[t]), rng.random())])
+    return np.array(out + [inverse_cdf(q[len(x_draft)], rng.random())])
+
+
+def test_a_right_law_with_its_uniforms_used_otherwise_is_not_called_wrong():
+    result = timed(exercises.check_verify, accept_uniform_reused)
+    assert not result and result.check == "vectors", result
+    assert "the law is exact (enumerated)" in result.diagnosis and "documented order" in result.diagnosis, result
+
+
+def test_a_lossy_lenience_fails_the_exact_law():
+    result = timed(exercises.check_verify, lenient)
+    assert not result and result.check.startswith("exact law"), result
+    assert "keeps draft" in result.diagnosis and "min(1, q/p)" in result.diagnosis, result
+
+
+def test_residual_drawn_backwards_is_enumerated_exactly():
+    result = timed(exercises.check_verify, residual_drawn_backwards)
+    assert not result and result.check == "vectors" and "the law is exact (enumerated)" in result.diagnosis, result
+
+
+def test_exact_law_cuts_the_cells_where_a_decision_switches():
+    from specref.lessons.exercises import uniforms
+
+    def two_thresholds(rng):  # switches at 0.3 and 0.7 + 1e-9 on the first uniform, 1/3 on the second: no edge there
+        u = rng.random()
+        return (u < 0.3, u < 0.7 + 1e-9 and rng.random() < 1 / 3)
+    law = uniforms.exact_law(two_thresholds, [0.5])
+    exact = {(True, True): 0.1, (True, False): 0.2, (False, True): (0.4 + 1e-9) / 3,
+             (False, False): (0.4 + 1e-9) * 2 / 3 + 0.3 - 1e-9}
+    assert set(law) == set(exact) and all(abs(law[k] - v) < 1e-12 for k, v in exact.items()), law
+
+
+# hole 5: diagnoses that name what the answer did
+
+def greedy_one_hot(x_draft, p, q, rng):  # keeps a draft iff it is the argmax of q; the uniforms are ignored
+    out = []
+    for t, x in enumerate(x_draft):
+        if int(x) == int(np.argmax(q[t])):
+            out.append(int(x))
+            continue
+        return np.array(out + [int(np.argmax(q[t]))])
+    return np.array(out + [int(np.argmax(q[len(x_draft)]))])
+
+
+def residual_float32(p, q):
+    r = np.maximum(q.astype(np.float32) - p.astype(np.float32), np.float32(0))
+    return (r / r.sum() if r.sum() > 0 else q.astype(np.float32)).astype(np.float64)
+
+
+def min_on_the_carried_weight(x, p, q):  # w_i = min(1, w_{i-1}) q_i/p_i
+    w = [1.0]
+    for i, v in enumerate(x):
+        w.append(min(1.0, w[-1]) * q[i, v] / p[i, v])
+    return np.array(w)
+
+
+def min_on_the_ratio(x, p, q):  # w_i = w_{i-1} min(1, q_i/p_i)
+    w = [1.0]
+    for i, v in enumerate(x):
+        w.append(w[-1] * min(1.0, q[i, v] / p[i, v]))
+    return np.array(w)
+
+
+def test_a_greedy_shortcut_is_told_it_ignores_the_uniforms():
+    result = timed(exercises.check_verify, greedy_one_hot)
+    assert not result and "argmax" in result.diagnosis and "ignores the uniforms" in result.diagnosis, result
+    assert "never draws from the rng it is handed" not in result.diagnosis, result
+
+
+def test_a_float32_residual_is_shown_its_difference():
+    result = timed(exercises.check_residual, residual_float32)
+    assert not result and "float32" in result.diagnosis, result
+    returned, expected = result.diagnosis.split("returned ")[1].split(", expected ")
+    assert returned.split("]")[0] != expected.split("]")[0], result
+
+
+@pytest.mark.parametrize("f, words", [(min_on_the_carried_weight, "min(1, w_{i-1}) q_i/p_i"),
+                                      (min_on_the_ratio, "w_{i-1} min(1, q_i/p_i)")])
+def test_a_misplaced_min_is_named(f, words):
+    result = timed(exercises.check_block_weights, f)
+    assert not result and words in result.diagnosis and "missing" not in result.diagnosis, result

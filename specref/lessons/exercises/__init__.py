@@ -21,8 +21,9 @@ CALL_LIMIT seconds and a whole check TIME_LIMIT; with a NumPy answer a check tak
 line itself holds no timing, so that a notebook's saved output does not change from run to run).
 
 Each check's module lists its checks in its docstring.  `check_verify` grades tokens drawn with uniforms the
-grader chooses; the other three exercises answer with numbers, which are compared with exact fractions (to TOL)
-before anything statistical runs.  With a fixed seed a statistical check's verdict on a given answer never
+grader chooses (an answer that draws its randomness any other way is "not graded exactly" and does not pass); the
+other three exercises answer with numbers, which are compared with exact fractions (to TOL) before anything
+statistical runs.  With a fixed seed a statistical check's verdict on a given answer never
 changes, on any machine: a correct residual or Eq. 1 gets the solutions' p-values, and so does a verify that
 draws its uniforms as they do.
 

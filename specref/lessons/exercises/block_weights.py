@@ -16,7 +16,7 @@ import numpy as np
 from specref.proof import stats
 from specref.proof.verdict import Limits
 
-from .grading import (SEED, TOL, F, Result, _call, _Case, _case, _Fail, _first_match, _fr, _grade, _row,
+from .grading import (SEED, TOL, F, Result, _call, _Case, _case, _Fail, _first_match, _fr, _grade, _pair, _row,
                       _unchanged, _vectors)
 
 
@@ -51,11 +51,23 @@ BLOCK_MISTAKES = [
      lambda x, p, q: np.cumprod(np.concatenate([[1.0], [q[i, v] / p[i, v] for i, v in enumerate(x)]]))),
     ("caps only the running product, min(1, prod q_j/p_j): w_i = min(1, w_{i-1} q_i/p_i) caps at every step",
      lambda x, p, q: np.minimum(1.0, np.cumprod(np.concatenate([[1.0], [q[i, v] / p[i, v] for i, v in enumerate(x)]])))),
+    ("the min(1, .) caps the carried weight before the ratio multiplies it: w_i = min(1, w_{i-1}) q_i/p_i may exceed "
+     "1; cap the product, w_i = min(1, w_{i-1} q_i/p_i)", lambda x, p, q: _capped(x, p, q, "carried")),
+    ("the min(1, .) caps each ratio, not the running product: w_i = w_{i-1} min(1, q_i/p_i) never recovers after a "
+     "ratio below 1; cap the product, w_i = min(1, w_{i-1} q_i/p_i)", lambda x, p, q: _capped(x, p, q, "ratio")),
     ("p and q swapped: the ratio is target over draft, q_i(x_i) / p_i(x_i)",
      lambda x, p, q: _carried(x, q, p)),
     ("scores x_i against the next position's target row: x_i (drawn from p[i-1]) is judged by q[i-1], not q[i]",
      lambda x, p, q: _carried(x, p, q, shift=1)),
 ]
+
+
+def _capped(x, p, q, where: str) -> np.ndarray:  # the min(1, .) misplaced: on w_{i-1} ("carried") or on q_i/p_i ("ratio")
+    w = [1.0]
+    for i, v in enumerate(x):
+        ratio = q[i, v] / p[i, v]
+        w.append(min(1.0, w[-1]) * ratio if where == "carried" else w[-1] * min(1.0, ratio))
+    return np.array(w)
 
 
 def _carried(x, p, q, shift: int = 0) -> np.ndarray:  # w_i = min(1, w_{i-1} q[i-1+shift, x_i] / p[i-1, x_i])
@@ -109,12 +121,11 @@ def check_block_weights(f: Callable) -> Result:
             elif np.isnan(w).any():
                 problem = f"returned NaN: {_row(w)}"
             elif not np.allclose(w, want, rtol=TOL, atol=1e-15):
-                problem = f"x_draft = {x_draft.tolist()}: returned {_row(w)}, expected {_row(want)}"
+                problem = "x_draft = {}: returned {}, expected {}".format(x_draft.tolist(), *_pair(w, want))
             if problem:
-                upto = all_cases[:all_cases.index(case) + 1]
                 timed = functools.partial(limits.call, f)  # a call that loops ends the check, as above
-                label = _first_match(BLOCK_MISTAKES, [_outcome_block(timed, c) for c in upto],
-                                     lambda wrong, i: _outcome_block(wrong, upto[i]))
+                label = _first_match(BLOCK_MISTAKES, [_outcome_block(timed, c) for c in all_cases],
+                                     lambda wrong, i: _outcome_block(wrong, all_cases[i]))
                 gap = _block_law_gap(timed) if w.shape == (K + 1,) and not np.isnan(w).any() else ""
                 raise _Fail(check, (f"{label} ({problem})" if label else problem) + gap)
         return (f"w exact on {len(all_cases)} cases: the 11 block vectors, q(x) = 0 at a draft, p == q, a one-hot row, "

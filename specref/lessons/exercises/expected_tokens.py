@@ -1,9 +1,13 @@
 """check_expected_tokens: Leviathan's Eq. 1, the expected tokens per call, and its known mistakes.
 
-`check_expected_tokens` checks Eq. 1 (`specref.speedup.expected_tokens`, here in fractions) on 36 (alpha, gamma)
-and at alpha = 1 for 6 gammas, then the exact mean length of `mrs.verify`'s output on rows whose acceptance rate
-is alpha (`stats.verify_law`, 6 cases), then its simulated mean over N_SIMULATED calls (alpha = 0.75,
-gamma = 4, seed SEED): a two-sided z-test at stats.LEVEL = 1e-3.
+`check_expected_tokens` checks Eq. 1 (`specref.speedup.expected_tokens`, here in fractions, to TOL) on 36 (alpha,
+gamma); then on every gamma from 0 to MAX_GAMMA at alphas near 0 and near 1 (EDGE_ALPHAS) and at N_RANDOM_ALPHAS
+alphas drawn uniformly from [0, 1) with seed SEED; then at alpha = 1, where the contract asks for gamma + 1, on
+every gamma from 0 to MAX_GAMMA.  The alpha nearest 1 is 1 - 2^-20: closer to 1, the textbook formula's own
+rounding in float64 (about 1e-16 / (1 - alpha), relative) would exceed TOL.  Then the exact mean length of
+`mrs.verify`'s output on rows whose acceptance rate is alpha (`stats.verify_law`, 6 cases), then its simulated
+mean over N_SIMULATED calls (alpha = 0.75, gamma = 4, seed SEED): a two-sided z-test at stats.LEVEL = 1e-3, which
+a correct answer fails with probability 1e-3 over seeds (the seed is fixed: the verdict does not change).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from specref import mrs
 from specref.proof import stats
 from specref.proof.verdict import Limits
 
-from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade
+from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade, _pair
 
 
 # Calls of mrs.verify in check_expected_tokens' simulation (once a session: its result is kept).
@@ -29,6 +33,16 @@ N_SIMULATED = 4_000
 # The grid Eq. 1 is checked on (alpha = 1 apart), the telling cases first: a failure shows the first it meets.
 EXPECTED_ALPHAS = (0.5, 0.8, 0.9, 0.99, 0.1, 0.0)
 EXPECTED_GAMMAS = (1, 2, 3, 5, 8, 0)
+# Then every gamma up to MAX_GAMMA, at alphas near 0 and near 1 and at N_RANDOM_ALPHAS uniform ones (seed SEED).
+MAX_GAMMA = 64
+EDGE_ALPHAS = (1e-12, 1e-6, 1e-3, 0.999, 1 - 2.0 ** -20)
+N_RANDOM_ALPHAS = 16
+
+
+def _range_alphas() -> tuple[float, ...]:  # the alphas checked on every gamma up to MAX_GAMMA
+    return EDGE_ALPHAS + tuple(float(a) for a in np.random.default_rng(SEED).random(N_RANDOM_ALPHAS))
+
+
 # The learner-facing diagnosis of each known mistake of Eq. 1, and the mistake itself (for alpha < 1).
 EXPECTED_MISTAKES = [
     ("alpha**gamma where Eq. 1 has alpha**(gamma + 1): the call's extra token (the residual or bonus token) is "
@@ -42,8 +56,15 @@ EXPECTED_MISTAKES = [
 ]
 
 
-def _eq1_exact(alpha: Fraction, gamma: int) -> Fraction:
-    return sum(alpha ** i for i in range(gamma + 1))
+@functools.cache
+def _eq1_floats(alpha: float) -> tuple[float, ...]:
+    """Eq. 1 = 1 + alpha + ... + alpha**gamma for gamma = 0 .. MAX_GAMMA, summed in fractions, then rounded."""
+    a, power, total, out = F(alpha), F(1), F(0), []
+    for _ in range(MAX_GAMMA + 1):
+        total += power
+        power *= a
+        out.append(float(total))
+    return tuple(out)
 
 
 def _rows_with_acceptance(alpha: Fraction, K: int) -> tuple[np.ndarray, np.ndarray]:  # p [K, 3], q [K+1, 3]: alpha at each t
@@ -67,25 +88,31 @@ def _number(f, limits: Limits, check: str, alpha, gamma) -> float:  # f(alpha, g
 
 
 def _eq1_gap(f, alpha, gamma, got, want) -> str:  # what is wrong, with the known mistake it matches
-    where = f"alpha = {alpha}, gamma = {gamma}: got {_fmt(got)}, Eq. 1 gives {_fmt(want)}"
+    where = "alpha = {}, gamma = {}: got {}, Eq. 1 gives {}".format(alpha, gamma, *_pair(got, want, _fmt))
+    points = [(a, g) for a in EXPECTED_ALPHAS for g in EXPECTED_GAMMAS]
+    points += [(a, g) for a in _range_alphas() for g in range(MAX_GAMMA + 1)]
     for label, wrong in EXPECTED_MISTAKES:
-        if all(math.isclose(_safe(f, a, g), wrong(a, g), rel_tol=TOL, abs_tol=1e-12)
-               for a in EXPECTED_ALPHAS for g in EXPECTED_GAMMAS):
+        if all(math.isclose(_safe(f, a, g), wrong(a, g), rel_tol=TOL, abs_tol=1e-12) for a, g in points):
             return f"{label} ({where})"
-    return where
+    here = [label.split(":")[0] for label, wrong in EXPECTED_MISTAKES
+            if alpha < 1 and math.isclose(got, wrong(alpha, gamma), rel_tol=TOL, abs_tol=1e-12)]
+    return f"{where} (here it gives a known mistake's value, not everywhere: {here[0]})" if here else where
+
+
+def _check_eq1(f, limits: Limits, points) -> None:  # Eq. 1 at each (alpha, gamma), in order; _Fail at the first miss
+    for alpha, gamma in points:
+        got, want = _number(f, limits, "Eq. 1", alpha, gamma), _eq1_floats(alpha)[gamma]
+        if not math.isclose(got, want, rel_tol=TOL, abs_tol=1e-12):
+            raise _Fail("Eq. 1", _eq1_gap(functools.partial(limits.call, f), alpha, gamma, got, want))
 
 
 def check_expected_tokens(f: Callable) -> Result:
     """Grade f(alpha, gamma) -> float as Leviathan's Eq. 1, gamma + 1 at alpha = 1 (module docstring: the checks)."""
     def run(limits: Limits) -> str:
-        check = "Eq. 1"
-        for alpha in EXPECTED_ALPHAS:
-            for gamma in EXPECTED_GAMMAS:
-                got, want = _number(f, limits, check, alpha, gamma), float(_eq1_exact(F(alpha), gamma))
-                if not math.isclose(got, want, rel_tol=TOL, abs_tol=1e-12):
-                    raise _Fail(check, _eq1_gap(functools.partial(limits.call, f), alpha, gamma, got, want))
+        _check_eq1(f, limits, [(a, g) for a in EXPECTED_ALPHAS for g in EXPECTED_GAMMAS])
+        _check_eq1(f, limits, [(a, g) for a in _range_alphas() for g in range(MAX_GAMMA + 1)])
         check = "alpha = 1"
-        for gamma in EXPECTED_GAMMAS:
+        for gamma in range(MAX_GAMMA + 1):
             try:
                 got = _number(f, limits, check, 1.0, gamma)
             except _Fail as e:
@@ -111,9 +138,10 @@ def check_expected_tokens(f: Callable) -> Result:
         if pvalue <= stats.LEVEL:
             raise _Fail(check, f"mrs.verify made {mean:.4f} +- {se:.4f} tokens a call, the answer says {_fmt(got)} "
                                f"(z-test p = {pvalue:.2g})")
-        return (f"Eq. 1 exact on {(len(EXPECTED_ALPHAS) + 1) * len(EXPECTED_GAMMAS)} (alpha, gamma) with alpha = 1, equal "
-                f"to mrs.verify's exact mean output length on 6 cases, and to its simulated mean (z-test p = "
-                f"{pvalue:.2g}, seed {SEED})")
+        n = len(EXPECTED_ALPHAS) * len(EXPECTED_GAMMAS) + (len(_range_alphas()) + 1) * (MAX_GAMMA + 1)
+        return (f"Eq. 1 exact on {n} (alpha, gamma): gamma 0 to {MAX_GAMMA} at alpha = 1, near 0, near 1 and "
+                f"{N_RANDOM_ALPHAS} random (seed {SEED}); equal to mrs.verify's exact mean output length on 6 cases, "
+                f"and to its simulated mean (z-test p = {pvalue:.2g}, seed {SEED})")
     return _grade("expected_tokens", run)
 
 

@@ -120,12 +120,22 @@ def _call(limits: Limits, check: str, f: Callable, *args, where: str = ""):
         raise _Fail(check, f"raised {type(e).__name__}: {e}" + (f" ({where})" if where else "")) from None
 
 
-def _fmt(v) -> str:
-    return f"{float(v):.6g}"
+def _fmt(v, digits: int = 6) -> str:
+    return f"{float(v):.{digits}g}"
 
 
-def _row(a) -> str:
-    return "[" + ", ".join(_fmt(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)) + "]"
+def _row(a, digits: int = 6) -> str:
+    return "[" + ", ".join(_fmt(v, digits) for v in np.asarray(a, dtype=np.float64).reshape(-1)) + "]"
+
+
+def _pair(a, b, show: Callable = _row) -> tuple[str, str]:
+    """a and b shown (by _row, or _fmt for numbers) with 6 significant digits, or as many more (9, 12, 17) as it
+    takes to tell them apart."""
+    for digits in (6, 9, 12, 17):
+        shown = show(a, digits), show(b, digits)
+        if shown[0] != shown[1]:
+            break
+    return shown
 
 
 # ---------------------------------------------------------------- shared by the checks
@@ -164,8 +174,8 @@ def _vectors(function: str) -> tuple[dict, ...]:
 
 
 def _first_match(mistakes, f_outcomes: list, outcome_of: Callable) -> str:
-    """The label of the first known mistake that gives f's answers on every case up to f's first wrong one
-    (f_outcomes holds those), or ''.  outcome_of(wrong, i) is the mistake's answer on case i."""
+    """The label of the first known mistake that gives f's answers on every case (f_outcomes holds them), or ''.
+    outcome_of(wrong, i) is the mistake's answer on case i."""
     return next((label for label, wrong in mistakes
                  if all(_same(o, outcome_of(wrong, i)) for i, o in enumerate(f_outcomes))), "")
 

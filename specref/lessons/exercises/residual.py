@@ -1,8 +1,9 @@
 """check_residual: norm(max(0, q - p)), the law a token is drawn from after a rejection, and its known mistakes.
 
-`check_residual` checks norm(max(0, q - p)) on eight cases (overlapping rows, q(x) = 0, one-hot p and q, disjoint
-supports, p == q, p and q one rounding apart, V = 50257), saying what Theorem 1's law min(p, q) + (1 - beta) r
-becomes with a wrong r; then Theorem 1 by simulation: N_CALLS tokens of one MRS step (x ~ p, kept with
+`check_residual` checks norm(max(0, q - p)) on ten cases (overlapping rows, q(x) = 0, one-hot p and q, disjoint
+supports, p == q, p and q one rounding apart, entries of 2^-20 and 1/512 beside zeros, three equal entries,
+V = 50257), saying what Theorem 1's law min(p, q) + (1 - beta) r becomes with a wrong r, with as many digits as
+it takes to show the difference; then Theorem 1 by simulation: N_CALLS tokens of one MRS step (x ~ p, kept with
 probability min(1, q/p), else drawn from the answer's residual) on Dirichlet rows over V = 6, by
 `stats.chi_square_gof` against q at stats.LEVEL = 1e-3, seed SEED.
 """
@@ -18,11 +19,13 @@ import numpy as np
 from specref.proof import stats
 from specref.proof.verdict import Limits
 
-from .grading import N_CALLS, SEED, TOL, F, Result, _call, _Fail, _first_match, _grade, _row, _unchanged
+from .grading import (N_CALLS, SEED, TOL, F, Result, _call, _Fail, _first_match, _fmt, _grade, _pair, _row,
+                      _unchanged)
 
 
 # Cases of (p, q); the answer is computed from them in exact arithmetic.
-_q, _e = F(1, 4), F(1, 8)
+_h, _q, _e, _s = F(1, 2), F(1, 4), F(1, 8), F(1, 16)
+_tiny, _small = F(1, 2**20), F(1, 512)
 RESIDUAL_CASES = [
     ("rows that overlap", [F(1, 2), _e, _e, _q], [_q, _q, 3 * _e, _e]),
     ("q(x) = 0 where p has mass", [_q, _q, F(1, 2)], [F(1, 2), F(1, 2), 0]),
@@ -31,8 +34,12 @@ RESIDUAL_CASES = [
     ("disjoint supports", [F(1, 2), F(1, 2), 0, 0], [0, 0, _q, 3 * _q]),
     ("p == q (the excess is all zero: q)", [F(1, 2), _q, _q], [F(1, 2), _q, _q]),
     ("p and q one rounding apart (all zero: q)", [_q, _q, _q, _q], [F(0.25 * (1 - 1e-12)), _q, _q, _q]),
+    # max(0, q - p) = [0, 0, 2^-20, 1/512, 1/512, 1/4]: an answer that drops or rounds small entries fails here
+    ("small entries beside zeros", [_h, _q, _e, _s, _s, 0],
+     [_q - 2 * _small - _tiny, _q, _e + _tiny, _s + _small, _s + _small, _q]),
+    ("ties: three equal entries", [_h, _e, _e, _q, 0], [_q, _q, _q, _e, _e]),  # max(0, q - p) = [0, 1/8, 1/8, 0, 1/8]
 ]
-del _q, _e
+del _h, _q, _e, _s, _tiny, _small
 
 
 def _residual_exact(p, q) -> list:  # norm(max(0, q - p)), q where it is all zero, exact
@@ -99,22 +106,43 @@ def check_residual(f: Callable) -> Result:
             elif np.isnan(r).any():
                 problem = f"returned NaN ({_row(r) if len(r) < 10 else 'NaN entries'})"
             elif not np.allclose(r, want, rtol=TOL, atol=1e-12):
-                shown = f"{_row(r)}, expected {_row(want)}" if len(r) < 10 else \
-                    f"{np.abs(r - want).max():.3g} from the answer at most"
-                problem = f"returned {shown}"
+                problem = f"returned {_difference(r, want, out)}"
                 beta = float(np.minimum(p, q).sum())  # the acceptance probability for this pair of rows
                 law = np.minimum(p, q) + (1 - beta) * np.where(np.isfinite(r), r, 0.0)
                 if beta < 1 and len(r) < 10:
-                    problem += f"; Theorem 1's law min(p, q) + (1 - beta) r is then {_row(law)}, not q = {_row(q)}"
+                    problem += "; Theorem 1's law min(p, q) + (1 - beta) r is then {}, not q = {}".format(*_pair(law, q))
             if problem:
-                upto = named[:[c[0] for c in named].index(name) + 1]
                 timed = functools.partial(limits.call, f)  # a call that loops ends the check, as above
-                label = _first_match(RESIDUAL_MISTAKES, [_outcome(timed, c[1], c[2]) for c in upto],
-                                     lambda wrong, i: _outcome(wrong, upto[i][1], upto[i][2]))
+                label = _first_match(RESIDUAL_MISTAKES, [_outcome(timed, c[1], c[2]) for c in named],
+                                     lambda wrong, i: _outcome(wrong, named[i][1], named[i][2]))
                 raise _Fail(check, f"{label} ({problem})" if label else problem)
         stat = _residual_chi_square(f, limits)
         return f"norm(max(0, q - p)) exact on {len(named)} cases, {stat}"
     return _grade("residual", run)
+
+
+def _difference(r: np.ndarray, want: np.ndarray, out) -> str:
+    """r against the exact residual, with the digits that tell them apart; where 6 digits do not, the largest
+    difference, and whether its size is float32's rounding."""
+    gap = np.abs(r - want)
+    i = int(np.argmax(gap))
+    if len(r) >= 10:
+        return f"entries up to {gap[i]:.3g} from the answer (at token {i})"
+    said = "{}, expected {}".format(*_pair(r, want))
+    dropped = np.flatnonzero((r == 0) & (want > 0))
+    if dropped.size and (want[dropped] < 0.05).all():
+        said += (f": 0 at token{'s' if dropped.size > 1 else ''} {', '.join(map(str, dropped))}, where the residual is "
+                 f"{', '.join(_fmt(v) for v in want[dropped])} (small entries dropped, or rounded to 0?)")
+    if _row(r) != _row(want):
+        return said
+    said += f" (the largest difference is {gap[i]:.2g}, at token {i})"
+    relative = float(np.max(gap[want > 0] / want[want > 0])) if (want > 0).any() else 0.0
+    if getattr(out, "dtype", None) == np.float32:
+        said += ": it returns float32; compute and return float64"
+    elif relative <= 2.0 ** -21 and not (gap[want == 0] > 0).any():
+        said += (f": relative differences up to {relative:.2g}, the size of float32's rounding (6e-08): is it "
+                 "computed in float32?  compute in float64")
+    return said
 
 
 def _residual_chi_square(f, limits: Limits) -> str:

@@ -4,13 +4,13 @@
 - contract: one call with a real generator returns 1 to K + 1 integer ids in [0, V) and leaves its inputs alone;
 - randomness: the same uniforms give the same tokens, twelve times on each of two cases (no np.random, no
   generator of its own);
-- exact law, in any order of the uniforms: on five small cases (a rejection then the residual, a ratio above 1,
-  p == q, q(x) = 0 at a drafted token, one-hot rows) the law of the function's output over its uniforms is
-  enumerated.  Every decision the correct rule or a known mistake can take on these rows switches at one of a
-  few values of a uniform (a ratio q/p or p/q, a step of an inverse CDF), so the function is handed the
-  midpoint of each cell between those values, every path of cells once, each weighted by its cells' widths,
-  and the law must equal `stats.token_call_law` computed in fractions (to TOL).  A law that moves when the
-  cells are halved was not enumerated exactly (the function decides elsewhere): this tier then stands aside;
+- exact law, in any order of the uniforms: on seven small cases (a rejection then the residual, a ratio above 1,
+  p == q, q(x) = 0 at a drafted token, one-hot rows, residual entries of 2^-20 and 1/512 beside zeros, equal
+  residual entries and a tied argmax) the law of the function's output over its uniforms is enumerated
+  (`uniforms.exact_law`) and must equal `stats.token_call_law` computed in fractions (to TOL).  The cells start at every value where the correct rule or a known mistake can decide differently on
+  these rows (a ratio q/p or p/q, a step of an inverse CDF); where the function decides inside a cell, the
+  probes find the switch and the cell is cut there, so an answer that decides elsewhere is enumerated exactly
+  too.  A function the enumeration cannot follow (too many uniforms or paths) is not graded exactly, and fails;
 - edges with chosen uniforms (the conformance checker's): q(x) = 0 is rejected even with u = 0, and a rejection
   whose max(0, q - p) is all zero (p and q one rounding apart) gives a token of the vocabulary;
 - chi-square: N_CALLS calls on the suite's random case (`cases.cases("token")[0]`, K = 2, V = 4) with
@@ -21,8 +21,9 @@
   uniforms are drawn in the order specref/mrs.py documents.
 The controlled uniforms come through rng.random(), rng.random(size), rng.uniform() and rng.choice(a, p=...) (one
 uniform a token by the inverse CDF, as NumPy's Generator.choice draws, with its checks and messages).  A
-function that calls anything else on rng is judged by the contract and the chi-square alone, and the verdict
-says so.
+function that calls anything else on rng (rng.integers, rng.binomial, rng.standard_normal, ...) cannot be
+graded exactly: it fails, saying what it called and what the chi-square alone found, which proves nothing
+exactly.
 """
 
 from __future__ import annotations
@@ -36,9 +37,13 @@ from specref.proof import cases, stats
 from specref.proof.bugs import broken, shipped
 from specref.proof.verdict import Limits
 
-from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest,
+from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest, _pair,
                       _unchanged, _vectors)
-from .uniforms import _cells, _enumerate, _Exhausted, _halved, _Listed, _TooDeep, _Unsupported
+from .uniforms import CONTROL, _Exhausted, _Listed, _TooDeep, _Unsupported, exact_law
+
+
+# The verdict of a function whose randomness the grader cannot choose: it does not pass.
+NOT_EXACT = "not graded exactly: draw uniforms with rng.random()"
 
 
 # ---------------------------------------------------------------- the known mistakes (verify)
@@ -100,12 +105,13 @@ VERIFY_MISTAKES = [
 
 def _verify_breakpoints(x_draft, p, q) -> list[float]:
     """Every value at which the correct rule or a known mistake can decide differently on these rows: the
-    ratios q/p and p/q, and the steps of the inverse CDF of every row they draw from."""
+    ratios q/p and p/q, and the steps of the inverse CDF of every row they draw from (q[t] without the
+    rejected token: the drafted one, or p[t]'s argmax when that is verified instead)."""
     K, V = p.shape
     rows = [*p, *q]
     for t in range(K):
         rows += [np.maximum(q[t] - p[t], 0.0), np.maximum(p[t] - q[t], 0.0)]
-        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in range(V)]
+        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in {int(x_draft[t]), stats.first_max(p[t])}]
     edges = []
     for r in rows:
         if r.sum() > 0:
@@ -118,7 +124,8 @@ def _verify_breakpoints(x_draft, p, q) -> list[float]:
 
 # ---------------------------------------------------------------- check_verify
 
-h, t, e, th = F(1, 2), F(1, 4), F(1, 8), F(1, 3)  # halves, quarters, eighths, thirds
+h, t, e, th, s = F(1, 2), F(1, 4), F(1, 8), F(1, 3), F(1, 16)  # halves, quarters, eighths, thirds, sixteenths
+tiny, small = F(1, 2**20), F(1, 512)  # residual entries of about 4e-6 and 0.008 once normalised
 # Small cases whose every decision boundary is a simple fraction: the exact tier enumerates each law.
 VERIFY_CASES = [
     _case("a rejection then the residual", [0, 1], [[h, t, t, 0], [t, t, t, t]],
@@ -128,8 +135,13 @@ VERIFY_CASES = [
     _case("p == q", [1, 2], [[h, t, t], [t, h, t]], [[h, t, t], [t, h, t], [t, t, h]]),
     _case("q(x) = 0 at a drafted token", [0, 2], [[h, h, 0], [th, th, th]], [[0, 3 * t, t], [h, h, 0], [th, th, th]]),
     _case("one-hot rows", [1, 2], [[0, 1, 0], [h, 0, h]], [[t, t, h], [0, 0, 1], [h, t, t]]),
+    # max(0, q - p) = [0, 0, 2^-20, 1/512, 1/512, 1/4]: an answer that drops or rounds small entries fails here
+    _case("small residual entries beside zeros", [0], [[h, t, e, s, s, 0]],
+          [[t - small * 2 - tiny, t, e + tiny, s + small, s + small, t], [t, 0, t, t, t, 0]]),
+    # max(0, q - p) = [0, 1/8, 1/8, 0], two equal entries; q[K] ties at its argmax (p == q above has ratios of 1)
+    _case("ties: equal residual entries, a tied argmax", [0], [[h, e, e, t]], [[t, t, t, t], [3 * e, 3 * e, t, 0]]),
 ]
-del h, t, e, th
+del h, t, e, th, s, tiny, small
 
 
 def _tokens(out, x_draft: np.ndarray, V: int, check: str, where: str) -> tuple:
@@ -156,10 +168,59 @@ def _tokens(out, x_draft: np.ndarray, V: int, check: str, where: str) -> tuple:
 
 def _law_gap(law: dict, correct: dict, x_draft) -> str:  # the outcome where two laws differ most, in words
     k = max(set(law) | set(correct), key=lambda o: abs(law.get(o, 0.0) - float(correct.get(o, 0))))
-    got, want = law.get(k, 0.0), float(correct.get(k, 0))
+    got, want = _pair(law.get(k, 0.0), correct.get(k, 0), _fmt)
     prefix = "" if list(k[:-1]) == list(x_draft[:len(k) - 1]) else ": its first tokens are not the drafts"
-    return (f"x_draft = {list(x_draft)}: P(output = {list(k)}) is {_fmt(got)} where the exact rule gives "
-            f"{_fmt(want)}{prefix}")
+    return f"x_draft = {list(x_draft)}: P(output = {list(k)}) is {got} where the exact rule gives {want}{prefix}"
+
+
+def _law_details(law: dict, case: _Case) -> str:
+    """What a law that is not the target's does, in words: the first draft it keeps with the wrong probability,
+    and the rarest output the exact rule gives that it never returns (a small residual entry dropped?)."""
+    x_draft, K = list(case.x_draft), len(case.x_draft)
+    said = []
+    for t in range(K):
+        reach = sum(v for o, v in law.items() if len(o) > t and list(o[:t]) == x_draft[:t])
+        kept = sum(v for o, v in law.items() if len(o) > t + 1 and list(o[:t + 1]) == x_draft[:t + 1])
+        ratio = min(F(1), case.q[t][x_draft[t]] / case.p[t][x_draft[t]])
+        if reach > TOL and abs(kept / reach - float(ratio)) > TOL:
+            got, want = _pair(kept / reach, ratio, _fmt)
+            said.append(f"keeps draft {t} (token {x_draft[t]}) with probability {got} where min(1, q/p) = {want}")
+            break
+    correct = stats.token_call_law(x_draft, case.p, case.q)
+    missing = [o for o, v in correct.items() if v > 0 and law.get(o, 0.0) <= TOL]
+    if missing:
+        o = min(missing, key=lambda o: correct[o])
+        said.append(f"never returns {list(o)}, which the exact rule returns with probability {_fmt(correct[o])}"
+                    + (" (a small entry of the residual dropped, or rounded to 0?)" if correct[o] < F(1, 100) else ""))
+    return "; ".join(said)
+
+
+def _is_greedy(outputs: list[tuple], cases: list[_Case]) -> bool:
+    """Whether every token of every output is an argmax of its position's row of q or of the residual."""
+    for out, case in zip(outputs, cases):
+        for t, y in enumerate(out):
+            rows = [case.q[t]] + ([[max(F(0), b - a) for a, b in zip(case.p[t], case.q[t])]] if t < len(case.p) else [])
+            if not any(row[y] == max(row) for row in rows):
+                return False
+    return True
+
+
+def _ignores_uniforms(f, limits: Limits, draws: bool) -> str:
+    """The diagnosis of a function whose output is the same whatever the uniforms: what it returns instead."""
+    outputs = []
+    for case in VERIFY_CASES:
+        x_draft, p, q = case.arrays()
+        where = f"x_draft = {x_draft.tolist()}"
+        out = _call(limits, "randomness", f, x_draft.copy(), p.copy(), q.copy(), _Listed([], tail=0.5), where=where)
+        outputs.append(_tokens(out, x_draft, p.shape[1], "randomness", where))
+    example = f"{list(outputs[0])} for x_draft = {list(VERIFY_CASES[0].x_draft)} whatever the uniforms"
+    if _is_greedy(outputs, VERIFY_CASES):
+        return (f"decides by argmax and ignores the uniforms: {'they change nothing' if draws else 'it draws none'}, "
+                f"and every token it returns is an argmax of q or of the residual ({example}); keep draft x when "
+                "rng.random() < q(x)/p(x), and draw the token after the tests from the residual or q[K]")
+    drawn = "it draws uniforms and then ignores them" if draws else "it never draws from the rng it is handed"
+    return (f"{drawn}, and returns the same tokens every call ({example}): a generator made inside with a fixed "
+            "seed, or a rule without randomness?  Draw every uniform with the rng's random()")
 
 
 def _bug_law(bug, case: _Case) -> dict | None:  # a known mistake's exact law on a case (None if it cannot run there)
@@ -195,49 +256,41 @@ def _verify_deterministic(f, limits: Limits) -> None:
 
 
 def _verify_exact(f, limits: Limits) -> str:
-    """The exact tier: each case's law over f's uniforms, against `stats.token_call_law`; '' if it ran, else why not."""
-    laws, wrong = {}, []
+    """The exact tier: each case's law over f's uniforms (`uniforms.exact_law`), against `stats.token_call_law`;
+    '' if every law was enumerated, else why not."""
+    laws, wrong, deepest = {}, [], [0]  # deepest: the most uniforms a call drew
     for case in VERIFY_CASES:
         x_draft, p, q = case.arrays()
         check = f"exact law, case '{case.name}'"
-        deepest = [0]
 
-        def run(rng, x_draft=x_draft, p=p, q=q, check=check, deepest=deepest):
+        def run(rng, x_draft=x_draft, p=p, q=q, check=check):
             try:
                 out = limits.call(f, x_draft.copy(), p.copy(), q.copy(), rng)
-            except (_Unsupported, _TooDeep):
+            except CONTROL:
                 raise
             except Exception as e:  # noqa: BLE001
                 raise _Fail(check, f"raised {type(e).__name__}: {e} (x_draft = {x_draft.tolist()}, after the "
-                                   f"uniforms {[round(float(u), 4) for u in rng.mids[rng.path[:rng.used]]]})") from None
+                                   f"uniforms {[round(u, 4) for u in rng.drawn]})") from None
             deepest[0] = max(deepest[0], rng.used)
             return _tokens(out, x_draft, p.shape[1], check, f"x_draft = {x_draft.tolist()}")
 
-        edges = _verify_breakpoints(x_draft, p, q)
         try:
-            laws[case.name] = _enumerate(run, *_cells(edges))
+            laws[case.name] = exact_law(run, _verify_breakpoints(x_draft, p, q))
         except _TooDeep as e:
-            return str(e)
-        correct = stats.token_call_law(list(case.x_draft), case.p, case.q)
-        if deepest[0] == 0 and len(correct) > 1:
-            raise _Fail("randomness", "the function never draws from the rng it is handed (np.random's global "
-                                      "generator, or a new generator made inside, instead of rng?)")
-        if stats.total_variation(laws[case.name], correct) > TOL:
-            wrong.append((case, run, edges, check, _law_gap(laws[case.name], correct, case.x_draft)))
+            return f"{e} (case '{case.name}')"
+        if stats.total_variation(laws[case.name], stats.token_call_law(list(case.x_draft), case.p, case.q)) > TOL:
+            wrong.append((case, check))
+    if all(len(law) == 1 for law in laws.values()):  # one output a case, whatever the uniforms
+        raise _Fail("randomness", _ignores_uniforms(f, limits, draws=deepest[0] > 0))
     if not wrong:
         return ""
-    case, run, edges, check, gap = wrong[0]
+    case, check = wrong[0]
+    gap = _law_gap(laws[case.name], stats.token_call_law(list(case.x_draft), case.p, case.q), case.x_draft)
     label = _named(laws)  # a known mistake's exact law, on every case (those that pass included)
     if label:
         raise _Fail(check, f"{label} ({gap})")
-    for case, run, edges, *_ in wrong:  # no known law: is the enumeration exact for this function?
-        try:
-            finer = _enumerate(run, *_cells(_halved(edges)))
-        except _TooDeep as e:
-            return str(e)
-        if stats.total_variation(laws[case.name], finer) > TOL:
-            return "its decisions fall between the grader's cells"
-    raise _Fail(check, f"{gap} (no known mistake matches)")
+    details = _law_details(laws[case.name], case)
+    raise _Fail(check, f"{gap}{'; it ' + details if details else ''} (no known mistake matches)")
 
 
 # Two edge cases that need a chosen uniform (the conformance checker's, `conform._injected_edge_checks`).
@@ -282,10 +335,15 @@ def _replay(f, case: dict, limits: Limits | None):  # a vector's tokens from f, 
     return tokens
 
 
-def _verify_vectors(f, limits: Limits, law_exact: bool) -> int:
+def _vector_tokens(f, limits: Limits) -> tuple[list, list, list]:  # the vectors, f's tokens on them, those that differ
     chosen = _vectors("verify")
     got = [_replay(f, c, limits) for c in chosen]
-    wrong = [(c, g) for c, g in zip(chosen, got) if g != c["tokens"]]
+    return chosen, got, [(c, g) for c, g in zip(chosen, got) if g != c["tokens"]]
+
+
+def _verify_vectors(f, limits: Limits) -> int:
+    """How many vectors give their tokens (all of them), or _Fail; run once the law is exact and passes the chi-square."""
+    chosen, got, wrong = _vector_tokens(f, limits)
     if not wrong:
         return len(chosen)
     c, g = wrong[0]
@@ -293,10 +351,9 @@ def _verify_vectors(f, limits: Limits, law_exact: bool) -> int:
     same = [label for bug, label in VERIFY_MISTAKES if [_replay(bug, c, None) for c in chosen] == got]
     if same:
         raise _Fail("vectors", f"{same[0]} ({first})")
-    passed = "the law is exact (enumerated) and passes the chi-square" if law_exact else "the law passes the chi-square"
-    raise _Fail("vectors", f"{first}; {passed}, but the vectors need the uniforms in the documented order: one "
-                           "rng.random() per accept test, then one for the residual or bonus token (specref/mrs.py, "
-                           "'Randomness')")
+    raise _Fail("vectors", f"{first}; the law is exact (enumerated) and passes the chi-square, but the vectors need "
+                           "the uniforms in the documented order: one rng.random() per accept test, then one for the "
+                           "residual or bonus token (specref/mrs.py, 'Randomness')")
 
 
 def _verify_chi_square(f, limits: Limits) -> str:
@@ -321,6 +378,23 @@ def _verify_chi_square(f, limits: Limits) -> str:
                                                          "mistake fits the counts)")
 
 
+def _not_graded_exactly(f, limits: Limits, why: str) -> _Fail:
+    """The verdict on a function the exact tier could not follow: it fails, with what the other tiers found."""
+    try:
+        stat = _verify_chi_square(f, limits)
+    except _Fail as e:  # the chi-square alone shows the law is wrong
+        return _Fail(e.check, f"{e.diagnosis}; and it is {NOT_EXACT}: {why}")
+    try:
+        chosen, _, wrong = _vector_tokens(f, limits)
+        vectors = (f"but {len(wrong)} of {len(chosen)} vectors differ (documented order of the uniforms: one "
+                   "rng.random() per accept test, then one for the token after them)" if wrong else
+                   f"and the {len(chosen)} vectors pass")
+    except _Unsupported:
+        vectors = "and the vectors cannot run either"
+    return _Fail("exact law", f"{NOT_EXACT}: {why}; the chi-square alone passes, {stat}, {vectors}, and a "
+                              "chi-square proves nothing exactly")
+
+
 def check_verify(f: Callable) -> Result:
     """Grade f(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens as Chen's Alg. 2, lines 9-14 (checks: module docstring)."""
     def run(limits: Limits) -> str:
@@ -331,20 +405,20 @@ def check_verify(f: Callable) -> Result:
         out = _call(limits, "contract", f, *args, np.random.default_rng(SEED), where="K = 2, V = 4, a real generator")
         _tokens(out, x_draft, case.p.shape[1], "contract", "K = 2, V = 4")
         _unchanged("contract", before, args, ("x_draft", "p", "q"))
-        skipped, unsupported = "", "the grader's controlled uniforms offer only random(), uniform() and choice()"
         try:
             _verify_deterministic(f, limits)
             skipped = _verify_exact(f, limits)
             _verify_edges(f, limits)
         except _Unsupported as e:
-            stat = _verify_chi_square(f, limits)
-            return f"{stat}; exact law, edges and vectors skipped: it calls {e} ({unsupported})"
+            raise _not_graded_exactly(f, limits, f"it calls {e}, whose draws the grader cannot choose, so the exact "
+                                                 "law, the edges and the vectors cannot run") from None
+        if skipped:
+            raise _not_graded_exactly(f, limits, f"{skipped}, so its law cannot be enumerated (one uniform for "
+                                                 "each decision keeps the paths few)")
         stat = _verify_chi_square(f, limits)
         try:
-            n_vectors = _verify_vectors(f, limits, law_exact=not skipped)
+            n_vectors = _verify_vectors(f, limits)
         except _Unsupported as e:
-            return f"exact law and edges passed, {stat}; vectors skipped: it calls {e} ({unsupported})"
-        exact = ("exact law on 5 cases" if not skipped else
-                 f"exact law skipped ({skipped})")
-        return f"{exact}, edges u = 0 and all-zero residual, {stat}, {n_vectors} vectors"
+            raise _not_graded_exactly(f, limits, f"it calls {e} on the vectors' rows") from None
+        return f"exact law on {len(VERIFY_CASES)} cases, edges u = 0 and all-zero residual, {stat}, {n_vectors} vectors"
     return _grade("verify", run)
