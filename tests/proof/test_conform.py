@@ -83,7 +83,7 @@ def test_every_chi_square_runs_at_the_family_level_over_11_and_is_printed_so(sma
     assert level_problems(small_run) == []
     # negative control: a checker that runs every chi-square at the family level (the false-alarm bound then about
     # 1.1e-2): its levels, printed lines and coverage line are all caught (made here by an 11 times larger family level)
-    monkeypatch.setattr(conform, "FAMILY_LEVEL", 11 * stats.LEVEL)
+    monkeypatch.setattr(conform.checks, "FAMILY_LEVEL", 11 * stats.LEVEL)  # where a run reads it
     wrong = conform.check(mrs.verify, scale=0.02)
     problems = level_problems(wrong)
     print("\n".join(problems))
@@ -259,7 +259,7 @@ def test_every_output_is_watched():
         watched = conform.Watched(conform.adapt(f))
         stats.sample_verify(watched, case.p, case.q, 50, np.random.default_rng(0))
         stats.sample_verify(watched, disjoint.p, disjoint.q, 50, np.random.default_rng(0))
-        check = conform._form_check(watched, "every output seen")
+        check = conform.form_check(watched, "every output seen")
         assert check.passed is (problem is None), check.line()
         assert problem is None or problem in check.detail
 

@@ -86,12 +86,12 @@ def test_contract_and_path_problems():
     tokens, parents = [0, 1, 2, 3, 1, 3], [-1, -1, 0, 0, 1, 1]  # depth 2
     q = np.full((7, 4), 0.25)
     q[0, 1] = 0.0
-    assert conform.tree_contract_problem(np.array([0, 2, 1]), parents, 4) == ""
+    assert conform.contract_problem(np.array([0, 2, 1]), parents, 4) == ""
     assert "returned 4 tokens for a tree of depth 2 (must be 1 to depth + 1 = 3)" in \
-        conform.tree_contract_problem(np.zeros(4, dtype=int), parents, 4)
-    assert "not integer token ids" in conform.tree_contract_problem(np.array([np.nan]), parents, 4)
-    assert "dtype <U1: not integer" in conform.tree_contract_problem(np.array(["a"]), parents, 4)
-    assert "outside the vocabulary [0, 4)" in conform.tree_contract_problem(np.array([4]), parents, 4)
+        conform.contract_problem(np.zeros(4, dtype=int), parents, 4)
+    assert "not integer token ids" in conform.contract_problem(np.array([np.nan]), parents, 4)
+    assert "dtype <U1: not integer" in conform.contract_problem(np.array(["a"]), parents, 4)
+    assert "outside the vocabulary [0, 4)" in conform.contract_problem(np.array([4]), parents, 4)
     assert conform.path_problem([0, 2, 1], tokens, parents, q) == ""  # node 0, then node 2, then one more
     assert conform.path_problem([3], tokens, parents, q) == ""  # the root's recovered token
     assert conform.path_problem([2, 0], tokens, parents, q) == "the path does not follow the tree's edges"
@@ -107,11 +107,12 @@ def first_child_only(tokens, parents, p, q, rng):
 
 
 def test_the_tree_sequence_check_compares_with_the_targets_law_not_the_drafts():
-    target = conform.tree_sequence_check(mrs.verify_tree_rrs, "tree-rrs", (2, 2), SHARE, np.random.default_rng(3), 300)
+    target = conform.sequence_check(mrs.verify_tree_rrs, (2, 2), SHARE, np.random.default_rng(3), 300,
+                                    algorithm="tree-rrs")
     print(target.line())
     assert target.passed and "dof=0 " not in target.detail  # it tested something
     # negative control: sequences with the draft's law fail it
-    draft = conform.tree_sequence_check(first_child_only, "tree-rrs", (2, 2), SHARE, np.random.default_rng(3), 300)
+    draft = conform.sequence_check(first_child_only, (2, 2), SHARE, np.random.default_rng(3), 300, algorithm="tree-rrs")
     print(draft.line())
     assert draft.passed is False and draft.pvalue < 1e-10
 
@@ -198,19 +199,20 @@ def batch_log_seeded(tokens, parents, log_p, log_q, seed):  # [1, N], [1, N], [1
 
 
 def test_the_adapter_serves_tree_verifiers():
-    f = conform.adapt_tree(batch_log_seeded, conform.Adapter(batch=True, log_probs=True, rng="seed"))
+    f = conform.adapt(batch_log_seeded, conform.Adapter(batch=True, log_probs=True, rng="seed"),
+                      algorithm="tree-rrs")
     setting = cases.TreeSetting(cases.tree_cases()[1])
     for seed in range(20):
         tokens, parents, p, q = setting.call("without_replacement", np.random.default_rng(seed))
         out = f(tokens, parents, p, q, np.random.default_rng(seed))
         assert out.ndim == 1 and conform.path_problem(out.tolist(), tokens.tolist(), parents.tolist(), q) == ""
     case = replace(cases.tree_cases()[1], n=600)
-    check = conform.tree_one_call_check(f, case, "tree-rrs", SHARE, np.random.default_rng(5))
+    check = conform.one_call_check(f, case, "tree-rrs", SHARE, np.random.default_rng(5))
     assert check.passed, check.line()
     with pytest.raises(ValueError, match="Adapter.returns must be 'tokens'"):
-        conform.adapt_tree(batch_log_seeded, conform.Adapter(returns="count_and_token"))
+        conform.adapt(batch_log_seeded, conform.Adapter(returns="count_and_token"), algorithm="tree-rrs")
     with pytest.raises(ValueError, match="algorithm must be one of"):
-        conform.check_tree(mrs.verify_tree_mss, algorithm="tree")
+        conform.check(mrs.verify_tree_mss, algorithm="tree")
     seeded = conform.check(lambda t, parents, p, q, seed: mrs.verify_tree_topk(t, parents, p, q, np.random.default_rng(
         seed)), conform.Adapter(rng="seed"), algorithm="tree-topk", scale=0.002)
     assert seeded.checks[0].passed is None and "does not hand the function the checker's generator" in \
@@ -324,8 +326,8 @@ def test_every_control_fails_a_full_run_which_names_it(algorithm, name):
 @pytest.mark.parametrize("algorithm, name", CONTROLS)
 def test_the_one_call_check_names_every_control_it_can_see(algorithm, name):
     case = cases.tree_cases()[1]  # "close", 10 000 calls
-    check = conform.tree_one_call_check(tree.ALGORITHMS[algorithm].bug[name], case, algorithm, SHARE,
-                                        np.random.default_rng(1))
+    check = conform.one_call_check(tree.ALGORITHMS[algorithm].bug[name], case, algorithm, SHARE,
+                                   np.random.default_rng(1))
     print(check.line())
     if name == "inclusive_zero_coin":  # its law moves by about 2^-24: the edge check's to catch
         assert check.passed
