@@ -31,7 +31,7 @@ import tests.core.test_mrs_block as tb
 import tests.core.test_sampling as ts
 from specref.proof import conform, stats
 from specref.proof.bugs import broken, lossy
-from specref import mrs
+from specref import mrs, verifiers
 
 
 def verify_pvalue(f, case, seed):
@@ -90,7 +90,7 @@ def pooling(draws: int) -> None:
     laws = {f"test_mrs {c}": (stats.verify_law(*tm.CASES[c]), tm.N_SAMPLES) for c in tm.CASES}
     laws |= {f"test_mrs_block {c}": (tb.block_law(*tb.CASES[c]), tb.N_SAMPLES) for c in tb.CASES}
     laws["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
-    for algorithm in conform.ALGORITHMS:
+    for algorithm in verifiers.CHAINS:
         for c in conform.cases(algorithm):
             laws[f"conform {algorithm} {c.name}"] = (stats.rows_call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
         c = conform.accepted_count_case()

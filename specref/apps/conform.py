@@ -31,6 +31,7 @@ import json
 import re
 from pathlib import Path
 
+from specref import verifiers
 from specref.apps import options
 from specref.files import write_text
 from specref.proof import conform, pipeline
@@ -68,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{pipeline.CALL_LIMIT:g} s for a pipeline call)")
     parser.add_argument("--time-limit", type=options.real(0.0, low_open=True), default=None, metavar="SECONDS",
                         help=f"time limit of the whole run (default {conform.RUN_LIMIT:g} s)")
-    parser.add_argument("--algorithm", choices=conform.ALGORITHMS + conform.TREE_ALGORITHMS, default="token",
+    parser.add_argument("--algorithm", choices=verifiers.CHAINS + verifiers.TREES, default="token",
                         help="token: Chen's token-level verification, mrs.verify's law (default); "
                              "block: block verification, mrs.verify_block's law; tree-topk, tree-mss, tree-rrs: "
                              "a tree verifier with mrs.verify_tree_topk's, _mss's or _rrs's contract, checked on "
@@ -150,7 +151,7 @@ def check_args(args) -> None:
     given = [name for name in PIPELINE_ONLY if getattr(args, name) is not None]
     if given:
         raise ValueError(f"argument --{given[0].replace('_', '-')}: only with --pipeline")
-    if args.algorithm in conform.TREE_ALGORITHMS and args.returns != "tokens":
+    if args.algorithm in verifiers.TREES and args.returns != "tokens":
         raise ValueError(f"argument --returns: {args.returns} is not for a tree verifier (a count does not say "
                          "which path was accepted): it returns the path's tokens and one more")
     args.function = load_function(args.target)

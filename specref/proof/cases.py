@@ -15,6 +15,7 @@ from typing import Callable
 
 import numpy as np
 
+from specref import trees
 from specref.proof import stats, tree
 
 # Samples per one-call check and per large-vocabulary check.
@@ -139,7 +140,7 @@ def tree_cases() -> list[TreeCase]:
 def depth_first(tokens, parents) -> tuple[list[int], list[int]]:  # [N], [N] -> [N], [N]
     """The same tree numbered depth first: each node right after its parent's earlier children's subtrees (siblings
     keep their order, parents still come first)."""
-    children = tree.children_of(parents)
+    children = trees.children_of(parents)
     order = []
 
     def visit(row):  # row 0: the root, i + 1: node i

@@ -16,7 +16,7 @@ Whether a check of a given size tests anything at all (`counts_as_test`, the seq
 included through `stats.speculative_sequence_law`): at least two bins, and at least half of the
 known bugs it sees at its default size seen at that size.
 
-Tree verifiers (conform.check_tree): the same, on the exact laws of cases.tree_call_law and
+Tree verifiers (conform.check of a tree algorithm): the same, on the exact laws of cases.tree_call_law and
 cases.tree_sequence_law against the known bugs of tree.ALGORITHMS[algorithm]; `tree_caught` counts
 the sequence checks too, their laws being exact (tree.loop_law).
 """
@@ -179,7 +179,7 @@ def check_laws(algorithm: str, bugs: tuple) -> dict:
 
 
 def _tree_check_laws(algorithm: str, bugs: tuple) -> dict:
-    # A tree run's checks (conform.check_tree): one call on each of cases.tree_cases(), and the tree loop's sequences.
+    # A tree run's checks (conform.check of a tree algorithm): one call on each of cases.tree_cases(), and the tree loop's sequences.
     out = {}
     for case in cases.tree_cases():
         out[f"one call: {case.name}"] = (case.n, cases.tree_call_law(algorithm, case.name),

@@ -14,6 +14,7 @@ import pytest
 
 from specref.apps import conform as command
 from specref.proof import conform
+from specref import mrs_tree
 
 from tests.apps.test_cli import ROOT, assert_one_error_line, python
 
@@ -313,9 +314,9 @@ def test_a_tree_algorithm_reaches_the_checker(monkeypatch, capsys):
 
     monkeypatch.setattr(conform, "check", fake_check)
     cli = importlib.import_module("specref.__main__")
-    assert cli.main(["conform", "specref.mrs:verify_tree_rrs", "--algorithm", "tree-rrs", "--log-probs", "--batch"]) == 0
+    assert cli.main(["conform", "specref.mrs_tree:verify_tree_rrs", "--algorithm", "tree-rrs", "--log-probs", "--batch"]) == 0
     from specref import mrs
-    assert seen["function"] is mrs.verify_tree_rrs and seen["algorithm"] == "tree-rrs"
+    assert seen["function"] is mrs_tree.verify_tree_rrs and seen["algorithm"] == "tree-rrs"
     assert seen["adapter"].log_probs and seen["adapter"].batch
     assert "PASSED" in capsys.readouterr().out
 
@@ -323,7 +324,7 @@ def test_a_tree_algorithm_reaches_the_checker(monkeypatch, capsys):
 def test_count_and_token_is_refused_for_a_tree_verifier(capsys):
     cli = importlib.import_module("specref.__main__")
     with pytest.raises(SystemExit) as exit:
-        cli.main(["conform", "specref.mrs:verify_tree_mss", "--algorithm", "tree-mss", "--returns", "count-and-token"])
+        cli.main(["conform", "specref.mrs_tree:verify_tree_mss", "--algorithm", "tree-mss", "--returns", "count-and-token"])
     assert exit.value.code == 2
     assert "a count does not say which path was accepted" in assert_one_error_line(capsys.readouterr().err, PROG,
                                                                                     "--returns")
@@ -331,7 +332,7 @@ def test_count_and_token_is_refused_for_a_tree_verifier(capsys):
 
 @pytest.mark.slow  # a full run each: about 20 s for the reference, a minute for the control
 def test_a_real_process_passes_a_reference_tree_verifier_and_fails_a_control(tmp_path):
-    r = python("-m", "specref", "conform", "specref.mrs:verify_tree_rrs", "--algorithm", "tree-rrs")
+    r = python("-m", "specref", "conform", "specref.mrs_tree:verify_tree_rrs", "--algorithm", "tree-rrs")
     print(r.stdout)
     assert r.returncode == 0 and "PASSED" in r.stdout, r.stderr
     (tmp_path / "control.py").write_text("from specref.proof import tree\n"

@@ -1,4 +1,4 @@
-"""specref.protocol's tree entry points: check_tree, tree_distributions and keep_path.
+"""The tree entry points of the model protocol: specref.trees.check_tree and tree_distributions, specref.protocol.keep_path.
 
 A model without score_tree gets its tree rows one root-to-node path at a time; one with it is
 asked once.  Both give row 0 after the prefix and row i+1 after node i's path, checked here

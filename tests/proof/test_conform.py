@@ -17,7 +17,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from specref import mrs
+from specref import mrs, verifiers
 from specref.proof import conform, power, stats, vectors
 from specref.proof.bugs import broken
 
@@ -28,7 +28,7 @@ KNOWN = conform.KNOWN_BUGS
 
 
 def test_every_law_the_checker_can_name_is_tried():
-    assert {(s.name, a) for a in conform.ALGORITHMS for s in conform.SIGNATURES[a]} == \
+    assert {(s.name, a) for a in verifiers.CHAINS for s in conform.SIGNATURES[a]} == \
         {(bug.name, algorithm) for bug, algorithm in KNOWN.values()}
     assert len(KNOWN) == 24 and len({bug.name for bug, _ in KNOWN.values()}) == 20
 
@@ -84,7 +84,7 @@ def test_every_chi_square_runs_at_the_family_level_over_11_and_is_printed_so(sma
     assert level_problems(small_run) == []
     # negative control: a checker that runs every chi-square at the family level (the false-alarm bound then about
     # 1.1e-2): its levels, printed lines and coverage line are all caught (made here by an 11 times larger family level)
-    monkeypatch.setattr(conform, "FAMILY_LEVEL", 11 * stats.LEVEL)
+    monkeypatch.setattr(conform.checks, "FAMILY_LEVEL", 11 * stats.LEVEL)  # where a run reads it
     wrong = conform.check(mrs.verify, scale=0.02)
     problems = level_problems(wrong)
     print("\n".join(problems))
@@ -145,7 +145,7 @@ def test_every_check_tests_something_at_its_default_size():
     target, _ = stats.markov_pair()
     sequences = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
     assert len(stats.pooled_bins(sequences, conform.N_SEQUENCES)) >= 2
-    for algorithm in conform.ALGORITHMS:
+    for algorithm in verifiers.CHAINS:
         counted = conform.accepted_count_case()
         for case in conform.cases(algorithm) + [counted]:
             law = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
@@ -260,7 +260,7 @@ def test_every_output_is_watched():
         watched = conform.Watched(conform.adapt(f))
         stats.sample_verify(watched, case.p, case.q, 50, np.random.default_rng(0))
         stats.sample_verify(watched, disjoint.p, disjoint.q, 50, np.random.default_rng(0))
-        check = conform._form_check(watched, "every output seen")
+        check = conform.form_check(watched, "every output seen")
         assert check.passed is (problem is None), check.line()
         assert problem is None or problem in check.detail
 

@@ -2,7 +2,7 @@
 proven on verifiers whose truth is known.
 
 The checker draws every tree itself, the way the algorithm assumes, and hands it to the function with the
-contract of specref.mrs's tree verifiers.  It passes the three references (mrs.verify_tree_topk, _mss, _rrs) and
+contract of specref.mrs_tree's tree verifiers.  It passes the three references (mrs_tree.verify_tree_topk, _mss, _rrs) and
 fails every known bug of specref.proof.tree.ALGORITHMS for its algorithm, naming it: on the portable vectors
 (the same tokens as the bug on every vector), in an edge case with chosen uniforms (SGLang #35771's coin at u = 0),
 or by the one-call chi-square (the bug whose exact law fits the counts).  Its six chi-square checks each run at
@@ -19,9 +19,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from specref import mrs
 from specref.proof import cases, conform, power, stats, tree
 from specref.proof.vectors import ListedUniforms
+from specref import trees
+from specref import mrs_tree
 
 ALGORITHMS = list(tree.ALGORITHMS)
 REFERENCES = {a: tree.ALGORITHMS[a].verifier for a in ALGORITHMS}
@@ -58,7 +59,7 @@ def test_the_exact_tier_fails_every_control_and_names_it(algorithm, name):
 def verify_tree_unguarded(tokens, parents, p, q, rng):
     """verify_tree_mss without its guard: after a rejection w = max(0, w / S - p) even when that is all zero, and the
     last token inverts the CDF of w without checking its sum (all zero: the id V)."""
-    children, out, row = tree.children_of(parents), [], 0
+    children, out, row = trees.children_of(parents), [], 0
     while True:
         w, S = q[row], 1.0
         for i in children[row]:
@@ -86,12 +87,12 @@ def test_contract_and_path_problems():
     tokens, parents = [0, 1, 2, 3, 1, 3], [-1, -1, 0, 0, 1, 1]  # depth 2
     q = np.full((7, 4), 0.25)
     q[0, 1] = 0.0
-    assert conform.tree_contract_problem(np.array([0, 2, 1]), parents, 4) == ""
+    assert conform.contract_problem(np.array([0, 2, 1]), parents, 4) == ""
     assert "returned 4 tokens for a tree of depth 2 (must be 1 to depth + 1 = 3)" in \
-        conform.tree_contract_problem(np.zeros(4, dtype=int), parents, 4)
-    assert "not integer token ids" in conform.tree_contract_problem(np.array([np.nan]), parents, 4)
-    assert "dtype <U1: not integer" in conform.tree_contract_problem(np.array(["a"]), parents, 4)
-    assert "outside the vocabulary [0, 4)" in conform.tree_contract_problem(np.array([4]), parents, 4)
+        conform.contract_problem(np.zeros(4, dtype=int), parents, 4)
+    assert "not integer token ids" in conform.contract_problem(np.array([np.nan]), parents, 4)
+    assert "dtype <U1: not integer" in conform.contract_problem(np.array(["a"]), parents, 4)
+    assert "outside the vocabulary [0, 4)" in conform.contract_problem(np.array([4]), parents, 4)
     assert conform.path_problem([0, 2, 1], tokens, parents, q) == ""  # node 0, then node 2, then one more
     assert conform.path_problem([3], tokens, parents, q) == ""  # the root's recovered token
     assert conform.path_problem([2, 0], tokens, parents, q) == "the path does not follow the tree's edges"
@@ -107,11 +108,12 @@ def first_child_only(tokens, parents, p, q, rng):
 
 
 def test_the_tree_sequence_check_compares_with_the_targets_law_not_the_drafts():
-    target = conform.tree_sequence_check(mrs.verify_tree_rrs, "tree-rrs", (2, 2), SHARE, np.random.default_rng(3), 300)
+    target = conform.sequence_check(mrs_tree.verify_tree_rrs, (2, 2), SHARE, np.random.default_rng(3), 300,
+                                    algorithm="tree-rrs")
     print(target.line())
     assert target.passed and "dof=0 " not in target.detail  # it tested something
     # negative control: sequences with the draft's law fail it
-    draft = conform.tree_sequence_check(first_child_only, "tree-rrs", (2, 2), SHARE, np.random.default_rng(3), 300)
+    draft = conform.sequence_check(first_child_only, (2, 2), SHARE, np.random.default_rng(3), 300, algorithm="tree-rrs")
     print(draft.line())
     assert draft.passed is False and draft.pvalue < 1e-10
 
@@ -120,7 +122,7 @@ def test_depth_first_numbering_keeps_parents_first_and_siblings_in_order():
     tokens, parents = [5, 6, 7, 8, 9, 10], [-1, -1, 0, 0, 1, 1]
     t, p = cases.depth_first(tokens, parents)
     assert (t, p) == ([5, 7, 8, 6, 9, 10], [-1, 0, 0, -1, 3, 3])
-    assert sorted(tree.node_paths(t, p)) == sorted(tree.node_paths(tokens, parents))
+    assert sorted(trees.node_paths(t, p)) == sorted(trees.node_paths(tokens, parents))
     setting = cases.TreeSetting(next(c for c in cases.tree_cases() if c.depth_first))
     tokens, parents, p, q = setting.call("iid", np.random.default_rng(0))
     assert list(parents) == [-1, 0, -1, 2, -1, 4] and p.shape == q.shape == (7, 4)  # 3x1, depth first
@@ -185,7 +187,7 @@ def test_a_raising_tree_verifier_is_reported_as_raising():
 
 def test_the_run_time_limit_ends_a_correct_tree_verifier():
     start = time.monotonic()
-    report = conform.check(mrs.verify_tree_mss, algorithm="tree-mss", time_limit=0.25)
+    report = conform.check(mrs_tree.verify_tree_mss, algorithm="tree-mss", time_limit=0.25)
     assert time.monotonic() - start < 2.0
     assert report.checks[-1].name == "time limit" and "the run passed its time limit of 0.25 s" in report.checks[-1].detail
 
@@ -193,25 +195,26 @@ def test_the_run_time_limit_ends_a_correct_tree_verifier():
 # ---------------------------------------------------------------- the adapter
 
 def batch_log_seeded(tokens, parents, log_p, log_q, seed):  # [1, N], [1, N], [1, N+1, V], [1, N+1, V], int -> [1, n]
-    return mrs.verify_tree_rrs(tokens[0], parents[0], np.exp(log_p[0]), np.exp(log_q[0]),
+    return mrs_tree.verify_tree_rrs(tokens[0], parents[0], np.exp(log_p[0]), np.exp(log_q[0]),
                                np.random.default_rng(seed))[None]
 
 
 def test_the_adapter_serves_tree_verifiers():
-    f = conform.adapt_tree(batch_log_seeded, conform.Adapter(batch=True, log_probs=True, rng="seed"))
+    f = conform.adapt(batch_log_seeded, conform.Adapter(batch=True, log_probs=True, rng="seed"),
+                      algorithm="tree-rrs")
     setting = cases.TreeSetting(cases.tree_cases()[1])
     for seed in range(20):
         tokens, parents, p, q = setting.call("without_replacement", np.random.default_rng(seed))
         out = f(tokens, parents, p, q, np.random.default_rng(seed))
         assert out.ndim == 1 and conform.path_problem(out.tolist(), tokens.tolist(), parents.tolist(), q) == ""
     case = replace(cases.tree_cases()[1], n=600)
-    check = conform.tree_one_call_check(f, case, "tree-rrs", SHARE, np.random.default_rng(5))
+    check = conform.one_call_check(f, case, "tree-rrs", SHARE, np.random.default_rng(5))
     assert check.passed, check.line()
     with pytest.raises(ValueError, match="Adapter.returns must be 'tokens'"):
-        conform.adapt_tree(batch_log_seeded, conform.Adapter(returns="count_and_token"))
+        conform.adapt(batch_log_seeded, conform.Adapter(returns="count_and_token"), algorithm="tree-rrs")
     with pytest.raises(ValueError, match="algorithm must be one of"):
-        conform.check_tree(mrs.verify_tree_mss, algorithm="tree")
-    seeded = conform.check(lambda t, parents, p, q, seed: mrs.verify_tree_topk(t, parents, p, q, np.random.default_rng(
+        conform.check(mrs_tree.verify_tree_mss, algorithm="tree")
+    seeded = conform.check(lambda t, parents, p, q, seed: mrs_tree.verify_tree_topk(t, parents, p, q, np.random.default_rng(
         seed)), conform.Adapter(rng="seed"), algorithm="tree-topk", scale=0.002)
     assert seeded.checks[0].passed is None and "does not hand the function the checker's generator" in \
         seeded.checks[0].detail  # the exact tier needs the checker's own uniforms
@@ -221,7 +224,7 @@ def test_injected_uniforms_reach_the_reference_as_documented():
     # the certain-accept edge at u = 1 - 2^-53: the largest float64 below 1, and the test u < 1 keeps the child
     assert conform.U_MAX < 1.0 and conform.U_MAX + 2.0 ** -53 == 1.0
     p = np.tile([0.4, 0.3, 0.2, 0.1], (3, 1))
-    assert list(mrs.verify_tree_mss(np.array([0, 1]), np.array([-1, 0]), p, p.copy(),
+    assert list(mrs_tree.verify_tree_mss(np.array([0, 1]), np.array([-1, 0]), p, p.copy(),
                                     ListedUniforms([], tail=conform.U_MAX))) == [0, 1, 3]
 
 
@@ -229,8 +232,8 @@ def test_injected_uniforms_reach_the_reference_as_documented():
 
 @pytest.fixture(scope="module")
 def small_topk():
-    """mrs.verify_tree_topk checked at scale 0.05 (500 calls a one-call check, 300 sequences): a second or two."""
-    return conform.check(mrs.verify_tree_topk, algorithm="tree-topk", scale=0.05)
+    """mrs_tree.verify_tree_topk checked at scale 0.05 (500 calls a one-call check, 300 sequences): a second or two."""
+    return conform.check(mrs_tree.verify_tree_topk, algorithm="tree-topk", scale=0.05)
 
 
 def test_a_small_run_of_a_reference_runs_every_tier_at_the_family_level_over_6(small_topk):
@@ -255,7 +258,7 @@ def test_a_check_too_small_to_test_anything_is_not_tested(small_topk):
         print(c.line())
         assert not power.counts_as_test("tree-topk", bugs, c.name, c.samples, c.level)
         assert power.counts_as_test("tree-topk", bugs, c.name, int(c.needs), c.level)
-    tiny = conform.check(mrs.verify_tree_topk, algorithm="tree-topk", scale=0.002)  # 20 calls, 12 sequences
+    tiny = conform.check(mrs_tree.verify_tree_topk, algorithm="tree-topk", scale=0.002)  # 20 calls, 12 sequences
     print(tiny.text())
     assert not tiny.failed and tiny.untested and tiny.status() == 3 and tiny.verdict().startswith("INCOMPLETE")
     assert "not tested at these sample sizes: " in tiny.text()
@@ -269,7 +272,7 @@ def test_every_tree_check_tests_something_at_its_default_size():
 
 
 def test_a_small_run_of_a_control_fails_and_names_it():
-    name = "iid_rule_on_ranked_children"  # SpecInfer's rule on top-k trees (its sampler is mrs.verify_tree_mss: quick)
+    name = "iid_rule_on_ranked_children"  # SpecInfer's rule on top-k trees (its sampler is mrs_tree.verify_tree_mss: quick)
     report = conform.check(tree.ALGORITHMS["tree-topk"].bug[name], algorithm="tree-topk", scale=0.05)
     print(report.text())
     assert report.status() == 1 and report.diagnosis.startswith(f"{name}: "), report.diagnosis
@@ -324,8 +327,8 @@ def test_every_control_fails_a_full_run_which_names_it(algorithm, name):
 @pytest.mark.parametrize("algorithm, name", CONTROLS)
 def test_the_one_call_check_names_every_control_it_can_see(algorithm, name):
     case = cases.tree_cases()[1]  # "close", 10 000 calls
-    check = conform.tree_one_call_check(tree.ALGORITHMS[algorithm].bug[name], case, algorithm, SHARE,
-                                        np.random.default_rng(1))
+    check = conform.one_call_check(tree.ALGORITHMS[algorithm].bug[name], case, algorithm, SHARE,
+                                   np.random.default_rng(1))
     print(check.line())
     if name == "inclusive_zero_coin":  # its law moves by about 2^-24: the edge check's to catch
         assert check.passed

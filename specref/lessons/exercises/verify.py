@@ -293,7 +293,7 @@ def _verify_exact(f, limits: Limits) -> str:
     raise _Fail(check, f"{gap}{'; it ' + details if details else ''} (no known mistake matches)")
 
 
-# Two edge cases that need a chosen uniform (the conformance checker's, `conform._injected_edge_checks`).
+# Two edge cases that need a chosen uniform (the conformance checker's, `specref.proof.conform.chain.edge_checks`).
 _ZERO_P = np.array([[0.5, 0.5, 0.0, 0.0]])
 _ZERO_Q = np.array([[0.0, 0.5, 0.5, 0.0], [0.25, 0.25, 0.25, 0.25]])
 _APART_P = np.array([[0.25, 0.25, 0.25, 0.25]])

@@ -1,0 +1,124 @@
+"""A run's report, chains and trees alike: its checks, its text, what it covers, and its diagnosis.
+
+`Report` reads its verdict off its checks (`verdict.Verdict`), states the run's false-alarm rate,
+which checks tested nothing and at what scale they would, and which known bugs a run of its sizes
+catches (`coverage`).  `summary` makes the run's diagnosis from its failing checks: the known bug the
+failing edge or contract checks are the signature of, and the one under which all the failing
+one-call checks' counts together are likeliest.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specref.proof.bugs import shipped
+from specref.proof.conform import algorithms, checks as levels
+from specref.proof.verdict import Check, Verdict
+
+
+@dataclass
+class Report(Verdict):
+    """Every check of one run, and what the run's false-alarm rate is."""
+
+    verifier: str
+    algorithm: str
+    seed: int
+    checks: list[Check] = field(default_factory=list)
+    seconds: float = 0.0
+    diagnosis: str = ""
+    scale: float = 1.0  # the run's factor on every statistical check's default samples
+
+    def text(self) -> str:
+        m = sum(1 for c in self.checks if c.level is not None)
+        family = levels.FAMILY_LEVEL
+        head = [f"conformance of {self.verifier} as {algorithms.CHECKED_AS[self.algorithm]} (seed {self.seed})",
+                f"chi-square checks: {m}, each at level {family:g} / {m}: a correct verifier fails this run "
+                f"with probability at most {family:g}; the other checks never fail a correct verifier"]
+        lines = head + [c.line() for c in self.checks]
+        lines.append(f"{self.verdict()} in {self.seconds:.0f} s")
+        if self.untested:
+            lines.append(self.untested_line())
+        if self.diagnosis:
+            lines.append(f"diagnosis: {self.diagnosis}")
+        coverage = self.coverage()
+        if coverage:
+            lines.append(coverage)
+        return "\n".join(lines)
+
+    __str__ = text
+
+    def untested_line(self) -> str:
+        """Which checks tested nothing at this run's sizes, and the scale at which all of them would."""
+        names = ", ".join(c.name for c in self.untested)
+        scales = [c.needs / c.samples * self.scale for c in self.untested if c.needs and c.samples]
+        if not scales or np.isinf(max(scales)):
+            return f"not tested at these sample sizes: {names}"
+        they = "all of them count" if len(self.untested) > 1 else "it counts"
+        return f"not tested at these sample sizes: {names}; {they} as tests from scale {round_up(max(scales))} " \
+               f"(this run: {self.scale:g})"
+
+    def coverage(self) -> str:
+        """Which known bugs a run of these sample sizes catches with at least 95% power (algorithms.caught): for a
+        chain the bugs that shipped (specref.proof.bugs.shipped; the edge cases when the exact tier ran, the others by
+        `power.run_power` from exact laws, sequences left out), for a tree its algorithm's known bugs.  A check that
+        tested nothing (`untested`) counts for nothing."""
+        stat = [c for c in self.checks if c.tier == "statistical" and c.samples and c.level]
+        if not stat:
+            return ""
+        exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
+        counted = {c.name: c.samples for c in stat if not c.untested}
+        unseen = [c.name for c in stat if c.untested]
+        what, yes, no = algorithms.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+        return (f"{what} this run catches with >= 95% power: {', '.join(yes) or 'none'}"
+                + (f"; with less: {', '.join(no)}" if no else "")
+                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else ""))
+
+    def to_json(self) -> dict:
+        return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
+                "verdict": self.verdict(), "family_level": levels.FAMILY_LEVEL, "scale": self.scale,
+                "seconds": self.seconds, "diagnosis": self.diagnosis, "checks": [vars(c) for c in self.checks]}
+
+
+def round_up(x: float) -> str:
+    """x rounded up to two significant digits, as text."""
+    step = 10.0 ** (np.floor(np.log10(x)) - 1)
+    return f"{np.ceil(x / step - 1e-9) * step:.2g}"
+
+
+# ---------------------------------------------------------------- the diagnosis
+
+def edge_names(report: Report) -> str:
+    """The known bugs that the run's failing edge or contract checks are the signature of: for a tree verifier first
+    its algorithm's own (algorithms.edge_bug), then the shipped bugs (specref.proof.bugs.shipped)."""
+    found = []
+    for c in report.failed:
+        bug = algorithms.edge_bug(report.algorithm, c.name)
+        if bug is not None:
+            found.append((c, bug.name, bug.about))
+            continue
+        s = shipped.edge_signature(c.name, c.detail)
+        if s is not None:
+            found.append((c, s.name, s.bug.about))
+    return "; ".join(f"{name}: {about} (the check '{c.name}' failed)" for c, name, about in found)
+
+
+def summary(report: Report, ll_sum: Counter, signatures: list) -> str:
+    """The diagnosis of a run that went through every check: over every failing one-call check, the bug under which
+    all their counts together are likeliest (ll_sum: each bug's summed log-likelihood); a failing exact-tier edge
+    check names the shipped bug it is the signature of."""
+    if not report.failed:
+        return ""
+    edge = edge_names(report)
+    if not ll_sum:
+        return edge or "no known bug's signature matches (see the failing checks)"
+    best = max(ll_sum, key=ll_sum.get)
+    named = Counter(c.bug for c in report.failed if c.bug)
+    looks_like = {s.name: s.about for s in signatures}[best]
+    if named[best]:
+        found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
+    else:
+        found = f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+    return f"{edge}; {found}" if edge else found
