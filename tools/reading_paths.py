@@ -172,7 +172,7 @@ PATHS = {
                              {"specref.trees:tree_step"}),
     "Algorithm 2, a tree": (["specref.sampling:speculative_sampling", "specref.mrs_tree:verify_tree_mss"],
                             {"specref.mrs:verify"}),
-    "conform.check of a verifier": (["specref.proof.conform:check"], set()),
+    "conform.check of a verifier": (["specref.proof.conform.run:check"], set()),
 }
 
 

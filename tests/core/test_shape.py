@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 from specref import mrs, mrs_tree
+from tools import reading_paths
 
 PACKAGE = Path(mrs.__file__).parent
 MRS_LINES, MRS_DOC_LINES, MODULE_LINES = 450, 100, 600
@@ -45,3 +46,12 @@ def test_the_size_check_sees_an_oversized_file(tmp_path):  # its negative contro
     (pkg / "sub" / "big.py").write_text("x = 1\n" * (MODULE_LINES + 1))
     (pkg / "small.py").write_text("x = 1\n" * MODULE_LINES)
     assert oversized(pkg, MODULE_LINES) == [f"pkg/sub/big.py: {MODULE_LINES + 1}"]
+
+
+def test_the_reading_paths_docs_package_md_quotes_are_the_code_s():
+    """docs/package.md quotes the first line of each reading path; tools.reading_paths measures it on the code."""
+
+    docs = (PACKAGE.parent / "docs" / "package.md").read_text(encoding="utf-8")
+    for name, (entries, skip) in reading_paths.PATHS.items():
+        first = reading_paths.report(name, entries, skip).splitlines()[0]
+        assert first in docs, f"docs/package.md does not say what the code measures: {first}"
