@@ -42,7 +42,7 @@ from specref.fast.machine import LoadWatch, cores
 from specref.lessons import plots
 from specref.lessons.blas import openblas_description
 from specref.lessons.quick import quick_mode
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.smollm2 import load_smollm2
 
 QUICK = quick_mode()
@@ -292,14 +292,14 @@ def speculative_sampling(x, draft, target, N, K, rng):  # prompt [t] -> [t + N]
 #
 # ### Run it on two toy models
 #
-# Two Markov chains over 3 tokens stand in for the models (`stats.MarkovChain`: a model maps tokens `[n]` to
+# Two Markov chains over 3 tokens stand in for the models (`laws.MarkovChain`: a model maps tokens `[n]` to
 # next-token rows `[n, V]`, exactly what the code above calls). Every sequence of 4 new tokens has a probability we
 # can write down, $\prod_i q(x_i \mid x_{i-1})$, so the output can be compared with the exact target law.
 
 # %%
 V_toy, N, K = 3, 4, 3
-target = stats.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(1))
-draft = stats.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(2))
+target = laws.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(1))
+draft = laws.MarkovChain.random(V_toy, order=1, rng=np.random.default_rng(2))
 prompt = np.array([0])
 print("target rows q(next | last):\n", target.table.round(3))
 print("draft rows p(next | last):\n", draft.table.round(3))
@@ -309,7 +309,7 @@ rng_toy = np.random.default_rng(3)
 counts = stats.sample_sequences(lambda r: speculative_sampling(prompt, draft, target, N, K, r), runs, len(prompt),
                                 rng_toy)
 for name, model_ in (("target q", target), ("draft p", draft)):
-    chi2, dof, pvalue = stats.chi_square_gof(counts, stats.sequence_law(model_, prompt, N))
+    chi2, dof, pvalue = stats.chi_square_gof(counts, laws.sequence_law(model_, prompt, N))
     print(f"{runs} sequences against the {name}'s exact law: chi-square {chi2:.1f} on {dof} dof, p-value {pvalue:.3g}")
 
 # %% [markdown]

@@ -41,7 +41,7 @@ from fractions import Fraction as F
 import matplotlib.pyplot as plt
 import numpy as np
 
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken
 from specref import mrs, sampling
 from specref.lessons import plots
@@ -116,7 +116,7 @@ plt.show()
 # %% [markdown]
 # ## By simulation
 #
-# Draw $\tilde x \sim p$, run `mrs.mrs`, count. The chi-square test (notebook 03 explains it) compares the counts
+# Draw $\tilde x \sim p$, run `mrs.accept_or_resample`, count. The chi-square test (notebook 03 explains it) compares the counts
 # with $q$; its p-value is uniform on $[0, 1]$ when the sampler is right.
 
 # %%
@@ -125,7 +125,7 @@ rng = np.random.default_rng(2023)
 counts = Counter()
 accepted = 0
 for x_draft in rng.choice(4, size=n, p=p64):
-    x, ok = mrs.mrs(int(x_draft), p64, q64, rng)
+    x, ok = mrs.accept_or_resample(int(x_draft), p64, q64, rng)
     counts[x] += 1
     accepted += ok
 freq = np.array([counts[i] / n for i in range(4)])
@@ -161,16 +161,16 @@ print(f"chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
 # ### Checked on a model small enough to enumerate
 #
 # A target and a draft that are Markov chains over 3 tokens (`specref.proof.stats.MarkovChain`): every sequence of
-# $N = 3$ new tokens has a known probability (`stats.sequence_law`). SpS with $K = 2$ must reproduce it; the same
+# $N = 3$ new tokens has a known probability (`laws.sequence_law`). SpS with $K = 2$ must reproduce it; the same
 # test on a variant that draws the bonus token from the wrong row, $q[K-1]$ instead of $q[K]$
 # (`specref.proof.bugs.broken.bonus_wrong_row`), must fail.
 
 # %%
 V, N, K = 3, 3, 2
-target = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(1))
-draft = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(2))
+target = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(1))
+draft = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(2))
 prompt = np.array([0])
-law = stats.sequence_law(target, prompt, N)
+law = laws.sequence_law(target, prompt, N)
 print(f"{len(law)} possible sequences; the 5 most likely:")
 for seq, w in sorted(law.items(), key=lambda kv: -kv[1])[:5]:
     print("  ", seq, round(w, 4))

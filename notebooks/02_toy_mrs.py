@@ -59,7 +59,7 @@ print(f"\nbeta = sum min(P_D, P_T) = {beta:.2f}: a drafted token is kept 80% of 
 # ## The step, in NumPy
 #
 # Modified rejection sampling of one draft token is two short functions (Chen's Algorithm 2, lines 10-12): the
-# residual, and the accept-or-resample step. `specref.mrs.residual` and `specref.mrs.mrs` compute the same (a test
+# residual, and the accept-or-resample step. `specref.mrs.residual` and `specref.mrs.accept_or_resample` compute the same (a test
 # keeps them equal), with input checks around them.
 
 # %%
@@ -86,12 +86,12 @@ print("ten draft tokens from p, each accepted or resampled:",
 # `t1` must come out with probability 0.30 but the draft offers it with probability 0.40. MRS keeps it with
 # probability $0.30 / 0.40 = 0.75$, so it is effectively emitted via this route with $0.4 \times 0.75 = 0.30$.
 # On a rejection (probability 0.25) it draws from the residual: `t2` with 0.75, `t4` with 0.25.
-# Run `mrs.mrs` many times on the draft token `t1`:
+# Run `mrs.accept_or_resample` many times on the draft token `t1`:
 
 # %%
 n = 20_000 if QUICK else 200_000
 rng = np.random.default_rng(10)
-out = Counter(mrs.mrs(0, p, q, rng) for _ in range(n))
+out = Counter(mrs.accept_or_resample(0, p, q, rng) for _ in range(n))
 kept = out[(0, True)] / n
 print(f"t1 kept:               {kept:.4f}   (theory q/p = {q[0] / p[0]:.2f})")
 rej = n - out[(0, True)]
@@ -108,7 +108,7 @@ print("anything else:", {k: v for k, v in out.items() if k not in {(0, True), (1
 # $\sum \max(0, P_T - P_D) = \sum \max(0, P_D - P_T)$.
 
 # %%
-out2 = Counter(mrs.mrs(1, p, q, rng) for _ in range(n))
+out2 = Counter(mrs.accept_or_resample(1, p, q, rng) for _ in range(n))
 print("draft t2 ->", {f"{names[k[0]]}, accepted={k[1]}": v / n for k, v in out2.items()})
 via_draft = np.minimum(p, q)                 # drafted and kept
 via_residual = (1 - beta) * res              # rejected somewhere, then drawn from the residual
@@ -121,7 +121,7 @@ for i, name in enumerate(names):
 
 # %%
 drafts = rng.choice(4, size=n, p=p)
-results = [mrs.mrs(int(x), p, q, rng) for x in drafts]
+results = [mrs.accept_or_resample(int(x), p, q, rng) for x in drafts]
 counts = Counter(x for x, _ in results)
 freq = np.array([counts[i] / n for i in range(4)])
 acc = np.mean([a for _, a in results])
@@ -138,7 +138,7 @@ a.bar(x + 0.25, freq, 0.25, yerr=3 * se, label=f"MRS output, {n} draws (+-3 s.e.
 a.set_xticks(x, names)
 a.set_xlabel("token")
 a.set_ylabel("probability / frequency")
-a.set_title("Qualcomm Figure 10 example through mrs.mrs")
+a.set_title("Qualcomm Figure 10 example through mrs.accept_or_resample")
 a.set_ylim(0, 1.6 * max(p.max(), q.max(), (freq + 3 * se).max()))  # headroom: the legend sits above the bars
 a.legend(fontsize=8, loc="upper right")
 plots.plot_overlap(b, p, q, names)
@@ -157,7 +157,7 @@ plt.show()
 p_g, q_g = warps.greedy(p), warps.greedy(q)
 print("greedy draft p:", p_g, "  greedy target q:", q_g)
 draft_token = int(np.argmax(p_g))  # t1
-outcomes = Counter(mrs.mrs(draft_token, p_g, q_g, rng) for _ in range(1000))
+outcomes = Counter(mrs.accept_or_resample(draft_token, p_g, q_g, rng) for _ in range(1000))
 print(f"mrs on draft {names[draft_token]}: ", {f"{names[k[0]]}, accepted={k[1]}": v for k, v in outcomes.items()})
 print("verify_greedy on draft t1:", [names[i] for i in mrs.verify_greedy(np.array([0]), np.stack([q_g, q_g]))])
 print("verify_greedy on draft t2:", [names[i] for i in mrs.verify_greedy(np.array([1]), np.stack([q_g, q_g]))],

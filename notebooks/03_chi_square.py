@@ -48,7 +48,7 @@ from specref import mrs, sampling
 from specref.lessons import plots
 from specref.lessons.progress import Progress
 from specref.lessons.quick import quick_mode
-from specref.proof import pipeline, power, stats
+from specref.proof import laws, pipeline, power, stats
 from specref.proof.bugs import broken, shipped
 
 QUICK = quick_mode()
@@ -59,7 +59,7 @@ print("level of every test: stats.LEVEL =", stats.LEVEL, "  fewest expected draw
 # %% [markdown]
 # ## 1. The statistic, by hand
 #
-# Take one step of modified rejection sampling (`mrs.mrs`): a draft token $x \sim p$ goes in, one token comes out,
+# Take one step of modified rejection sampling (`mrs.accept_or_resample`): a draft token $x \sim p$ goes in, one token comes out,
 # and Theorem 1 says it is distributed as $q$. Draw $n$ outputs and count them: $O_k$ outputs were token $k$,
 # where the law says to expect $E_k = n\,q(k)$. Pearson's statistic adds up the squared misses, each measured
 # against what was expected:
@@ -74,7 +74,7 @@ p1 = np.array([0.1, 0.2, 0.3, 0.4])  # the draft
 q1 = np.array([0.4, 0.3, 0.2, 0.1])  # the target: what the outputs must follow
 n1 = 2_000
 rng = np.random.default_rng(1)
-outputs = [mrs.mrs(mrs.sample(p1, rng), p1, q1, rng)[0] for _ in range(n1)]
+outputs = [mrs.accept_or_resample(mrs.sample(p1, rng), p1, q1, rng)[0] for _ in range(n1)]
 O = np.bincount(outputs, minlength=4)  # observed count per token
 E = n1 * q1  # expected count per token
 print(f"{'token':>5} {'O':>6} {'E':>7} {'(O - E)^2 / E':>14}")
@@ -150,7 +150,7 @@ def chi_square(counts, law, min_expected=20):  # Counter {outcome: count}, {outc
 # %% [markdown]
 # On section 1's counts nothing is pooled. Now a call of `mrs.verify` with $K$ drafts: it returns the kept drafts
 # and one more token, so its outputs are tuples of 1 to $K + 1$ tokens. When draft $t$ is drawn from a fixed row
-# $p_t$, their exact law is (`stats.verify_law`)
+# $p_t$, their exact law is (`laws.verify_law`)
 #
 # $$P(x_1..x_a, y) = \prod_{t<a} \min(p_t, q_t)(x_t) \cdot \begin{cases} (1 - \beta_a)\,(q_a - p_a)_+(y) & a < K \\ q_K(y) & a = K \end{cases}$$
 #
@@ -169,7 +169,7 @@ law1 = {(k,): float(v) for k, v in enumerate(q1)}
 show("section 1's mrs step", chi_square(counts1, law1), stats.chi_square_gof(counts1, law1))
 
 p, q = plots.power_case()
-law = stats.verify_law(p, q)
+law = laws.verify_law(p, q)
 print("\np =", p.tolist(), "\nq =", q.tolist())
 print(f"{len(law)} possible outputs, total probability {sum(law.values()):.12f}; the most likely:",
       ", ".join(f"{o}: {v:.3f}" for o, v in sorted(law.items(), key=lambda kv: -kv[1])[:4]))
@@ -196,7 +196,7 @@ show("verify", chi_square(counts, law), stats.chi_square_gof(counts, law))
 #
 # The edge cases are where implementations break: a draft that is nearly always wrong (the residual does all the
 # work), $p = q$ (the residual is $0/0$), a target that forbids a token the draft likes, a one-hot draft (prompt
-# lookup, greedy drafts). For each, $n$ draft tokens $x \sim p$ go through `mrs.mrs` and the outputs are tested
+# lookup, greedy drafts). For each, $n$ draft tokens $x \sim p$ go through `mrs.accept_or_resample` and the outputs are tested
 # against $q$. The negative control puts the same draws through `broken.resample_from_q` with $K = 1$ (it draws
 # from $q$ instead of the residual after a rejection), keeping its first token. The column beta is
 # $\sum_x \min(p(x), q(x))$, the chance that a draft is kept for this pair of rows (`mrs.acceptance_rate`).
@@ -216,7 +216,7 @@ for name, (pc, qc) in cases.items():
     pc, qc = np.array(pc), np.array(qc)
     rng = np.random.default_rng(5)
     xs = rng.choice(len(pc), size=n_mrs, p=pc)
-    good = Counter((mrs.mrs(int(x), pc, qc, rng)[0],) for x in xs)
+    good = Counter((mrs.accept_or_resample(int(x), pc, qc, rng)[0],) for x in xs)
     bad = Counter((int(broken.resample_from_q(np.array([x]), pc[None], np.stack([qc, qc]), rng)[0]),) for x in xs)
     law_c = {(k,): v for k, v in enumerate(qc)}
     print(f"{name:34s} {mrs.acceptance_rate(pc, qc):6.3f} {chi_square(good, law_c)[2]:12.3g} "
@@ -230,7 +230,7 @@ for name, (pc, qc) in cases.items():
 #
 # ### One call: `verify`'s whole output
 #
-# Section 3's case: each sampler's outputs over $n$ calls, drafts drawn from $p$, against `stats.verify_law`. An
+# Section 3's case: each sampler's outputs over $n$ calls, drafts drawn from $p$, against `laws.verify_law`. An
 # infinite statistic on 0 degrees of freedom means the sampler produced an output the correct law forbids.
 
 # %%
@@ -247,7 +247,7 @@ for name, f in plots.verify_samplers().items():
 # The strongest check is end to end: speculative sampling (`sampling.speculative_sampling`) with a draft and a
 # target that are small Markov chains over $V = 3$ tokens: a target with sharp rows (Dirichlet concentration 0.3)
 # and a draft that mixes 70% of the target with 30% of another sharp chain, $K = 3$, $N = 4$ new tokens. Every one
-# of the $3^4 = 81$ sequences has an exact probability under the target (`stats.sequence_law`). Each broken
+# of the $3^4 = 81$ sequences has an exact probability under the target (`laws.sequence_law`). Each broken
 # `verify` is plugged into the same loop.
 #
 # The draft must be good: with a draft far from the target, all $K$ drafts are rarely accepted, the bonus token is
@@ -255,11 +255,11 @@ for name, f in plots.verify_samplers().items():
 
 # %%
 V, N, K = 3, 4, 3
-target = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(21), concentration=0.3)
-other = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(22), concentration=0.3)
-draft = stats.MarkovChain(0.7 * target.table + 0.3 * other.table)
+target = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(21), concentration=0.3)
+other = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(22), concentration=0.3)
+draft = laws.MarkovChain(0.7 * target.table + 0.3 * other.table)
 prompt = np.array([1])
-seq_law = stats.sequence_law(target, prompt, N)
+seq_law = laws.sequence_law(target, prompt, N)
 print("target rows:\n", target.table.round(3), "\ndraft rows:\n", draft.table.round(3))
 print("acceptance rate per context:", mrs.acceptance_rate(draft.table, target.table).round(3))
 
@@ -376,7 +376,7 @@ def predicted_power(bug, law, n):  # P(the chi-square of n draws from `bug` reje
     return sps.ncx2.sf(sps.chi2.isf(stats.LEVEL, dof), dof, lam)
 
 
-bug_laws = {name: stats.rows_call_law(b.law, p, q) for name, b in broken.BROKEN.items()}
+bug_laws = {name: laws.rows_call_law(b.law, p, q) for name, b in broken.BROKEN.items()}
 print(f"{'bug':28s} {'TV':>6}  power at n = " + " ".join(f"{n:>11}" for n in sizes["ns"]))
 print(f"{'':36s}" + " ".join(f"{'pred / meas':>11}" for n in sizes["ns"]))
 for name, bug in bug_laws.items():
@@ -430,7 +430,7 @@ sizes_seen = (2_000, 20_000)  # the quick and the full size of this notebook's o
 print("one verify call (section 3's case): draws for 95% power, and the smallest TV seen with 95% power")
 print(f"{'direction':28s} {'TV':>7} {'draws for 95%':>14} " + " ".join(f"{'TV seen, n = ' + str(n):>19}"
                                                                    for n in sizes_seen))
-bug_laws["mixed_precision_draft"] = stats.rows_call_law(shipped.MixedPrecisionDraft().law, p, q)
+bug_laws["mixed_precision_draft"] = laws.rows_call_law(shipped.MixedPrecisionDraft().law, p, q)
 draws_for = {}
 for name, bug in bug_laws.items():
     draws = draws_for[name] = power.smallest_n(lambda n: power.check_power(bug, law, n, stats.LEVEL))
@@ -450,7 +450,7 @@ print(f"So at {n} calls the one-call test sees with 95% power a deviation of tot
       f"{smallest_tv_toward(bug_laws['one_uniform_reused'], law, n):.4f} toward one_uniform_reused, "
       f"and {any_tv[-1]:.4f} in any direction.")
 
-draft_seq_law = stats.sequence_law(draft, prompt, N)  # believing every draft: the draft chain's own law
+draft_seq_law = laws.sequence_law(draft, prompt, N)  # believing every draft: the draft chain's own law
 print("\nwhole sequences (section 4's chains):")
 print(f"{'toward the draft chain':28s} {stats.total_variation(draft_seq_law, seq_law):7.4f} "
       f"{power.smallest_n(lambda n: power.check_power(draft_seq_law, seq_law, n, stats.LEVEL)):14.0f} "
@@ -507,18 +507,18 @@ print(f"at {n} sequences this test rejects bf16_draft with probability "
 p_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in p]  # 0.5 -> 1/2, 0.3 -> 3/10, ...
 q_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in q]
 Kp, Vp = len(p_exact), len(p_exact[0])
-target_law = stats.target_joint_law(stats.fixed_rows(q_exact), Vp, Kp + 1)
-verify_exact = stats.call_law(stats.token_call_law, stats.fixed_rows(p_exact), stats.fixed_rows(q_exact), Kp, Vp)
+target_law = laws.target_joint_law(laws.fixed_rows(q_exact), Vp, Kp + 1)
+verify_exact = laws.chain_call_law(laws.token_call_law, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
 print("verify, continued to K + 1 tokens, equals the target's joint law exactly:",
-      stats.continued_law(verify_exact, stats.fixed_rows(q_exact), Kp + 1) == target_law)
+      laws.continued_law(verify_exact, laws.fixed_rows(q_exact), Kp + 1) == target_law)
 p_bf16 = [[Fraction(float(v)) for v in row] for row in shipped.bf16(p)]  # the rounded rows, as exact fractions
 
 
 def bf16_verified(x_draft, p_rows, q_rows):  # drafts from p_rows; the verifier is handed their bf16 rounding
-    return stats.token_call_law(x_draft, [p_bf16[t] for t in range(len(x_draft))], q_rows)
+    return laws.token_call_law(x_draft, [p_bf16[t] for t in range(len(x_draft))], q_rows)
 
 
-bf16_exact = stats.call_law(bf16_verified, stats.fixed_rows(p_exact), stats.fixed_rows(q_exact), Kp, Vp)
-gap = stats.continued_law(bf16_exact, stats.fixed_rows(q_exact), Kp + 1)
+bf16_exact = laws.chain_call_law(bf16_verified, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
+gap = laws.continued_law(bf16_exact, laws.fixed_rows(q_exact), Kp + 1)
 print(f"the bf16 draft's law, continued, equals it: {gap == target_law}; total variation, exactly: "
       f"{float(stats.total_variation(gap, target_law)):.3g}")

@@ -42,7 +42,7 @@ import numpy as np
 from specref import mrs, sampling
 from specref.lessons import exercises
 from specref.lessons.quick import quick_mode
-from specref.proof import power, stats
+from specref.proof import laws, power, stats
 from specref.proof.bugs import broken, lossy
 from specref.runstats import RunStats
 
@@ -110,27 +110,27 @@ print(f"\ndrafts kept per call: token-level {kept_token}, block {kept_block}; "
 # $1/2$ of a draft there instead of $3/4$: better on average, not block by block). The weighted residual
 # $\max(0, w_\tau q_{\tau+1} - p_{\tau+1})$ supplies exactly what is then missing, so the law stays the target's.
 #
-# The library's exact laws say the same. `stats.block_weights` gives the same $w$ and $h$; `stats.call_law` sums
-# a verifier's law over every draft block (`stats.token_call_law` for `verify`, `stats.block_call_law` for
-# `verify_block`), and `stats.continued_law` continues each output with target draws to $K + 1$ tokens, which
-# must give the target's joint law exactly. `stats.verify_law` is the same sum in floats.
+# The library's exact laws say the same. `laws.block_weights` gives the same $w$ and $h$; `laws.chain_call_law` sums
+# a verifier's law over every draft block (`laws.token_call_law` for `verify`, `laws.block_call_law` for
+# `verify_block`), and `laws.continued_law` continues each output with target draws to $K + 1$ tokens, which
+# must give the target's joint law exactly. `laws.verify_law` is the same sum in floats.
 
 # %%
 p_rows, q_rows = [p_ab] * 2, [q_ab] * 3
 for xs in product(range(2), repeat=2):
-    w, h, _ = stats.block_weights(list(xs), p_rows, q_rows)
-    print(f"{'ab'[xs[0]] + 'ab'[xs[1]]}: stats.block_weights w = {', '.join(map(str, w))}; "
+    w, h, _ = laws.block_weights(list(xs), p_rows, q_rows)
+    print(f"{'ab'[xs[0]] + 'ab'[xs[1]]}: laws.block_weights w = {', '.join(map(str, w))}; "
           f"h = {', '.join(map(str, h))}")
-target_law = stats.target_joint_law(stats.fixed_rows(q_rows), 2, 3)
-for name, law_given_drafts in (("token-level", stats.token_call_law), ("block", stats.block_call_law)):
-    call = stats.call_law(law_given_drafts, stats.fixed_rows(p_rows), stats.fixed_rows(q_rows), 2, 2)
-    exact = stats.continued_law(call, stats.fixed_rows(q_rows), 3) == target_law
-    print(f"{name:12s} tokens per call {stats.expected_tokens(call)} (drafts kept {stats.expected_tokens(call) - 1}); "
+target_law = laws.target_joint_law(laws.fixed_rows(q_rows), 2, 3)
+for name, law_given_drafts in (("token-level", laws.token_call_law), ("block", laws.block_call_law)):
+    call = laws.chain_call_law(law_given_drafts, laws.fixed_rows(p_rows), laws.fixed_rows(q_rows), 2, 2)
+    exact = laws.continued_law(call, laws.fixed_rows(q_rows), 3) == target_law
+    print(f"{name:12s} tokens per call {laws.mean_output_length(call)} (drafts kept {laws.mean_output_length(call) - 1}); "
           f"continued, exactly the target's law: {exact}")
 as_floats = (np.array([[2 / 3, 1 / 3]] * 2), np.array([[1 / 3, 2 / 3]] * 3))
-print(f"stats.verify_law, in floats: {stats.expected_tokens(stats.verify_law(*as_floats)):.6f} tokens per call "
-      f"(19/9 = {19 / 9:.6f}); stats.rows_call_law(stats.block_call_law, ...): "
-      f"{stats.expected_tokens(stats.rows_call_law(stats.block_call_law, *as_floats)):.6f} (20/9 = {20 / 9:.6f})")
+print(f"laws.verify_law, in floats: {laws.mean_output_length(laws.verify_law(*as_floats)):.6f} tokens per call "
+      f"(19/9 = {19 / 9:.6f}); laws.rows_call_law(laws.block_call_law, ...): "
+      f"{laws.mean_output_length(laws.rows_call_law(laws.block_call_law, *as_floats)):.6f} (20/9 = {20 / 9:.6f})")
 
 # %% [markdown]
 # ## 3. Exercise: the weights
@@ -220,7 +220,7 @@ print("the same tokens as mrs.verify_block for 200 seeds:", same)
 # ## 5. The chi-square against the exact law, and five misreadings rejected
 #
 # One call of `verify_block` on the case above, drafts drawn from `p3`, against its exact law
-# (`stats.call_law(stats.block_call_law, ...)`, summed over every draft block), next to five plausible misreadings
+# (`laws.chain_call_law(laws.block_call_law, ...)`, summed over every draft block), next to five plausible misreadings
 # of the algorithm (`broken.BROKEN_BLOCK`). Each misreading breaks exactness: the column "exact TV" is the total
 # variation of its output, continued to $K + 1$ tokens, from the target's joint law, computed by enumeration (the
 # exact tier: any nonzero number is a proof). The last column is the number of calls a chi-square needs to see it
@@ -228,16 +228,16 @@ print("the same tokens as mrs.verify_block for 200 seeds:", same)
 
 # %%
 K3, V3 = 3, 3
-block_law = stats.call_law(stats.block_call_law, stats.fixed_rows(p3), stats.fixed_rows(q3), K3, V3)
-joint = stats.target_joint_law(stats.fixed_rows(q3), V3, K3 + 1)
+block_law = laws.chain_call_law(laws.block_call_law, laws.fixed_rows(p3), laws.fixed_rows(q3), K3, V3)
+joint = laws.target_joint_law(laws.fixed_rows(q3), V3, K3 + 1)
 n = 2_000 if QUICK else 20_000
 print(f"{n} calls each; K = {K3}, V = {V3}; {len(block_law)} possible outputs")
 print(f"{'verifier':24s} {'chi-square':>10} {'dof':>4} {'p-value':>9} {'verdict':>7} {'exact TV':>9} "
       f"{'calls for 95%':>14}")
 for name, f in {"verify_block": mrs.verify_block, **broken.BROKEN_BLOCK}.items():
-    law_f = block_law if f is mrs.verify_block else stats.call_law(f.law, stats.fixed_rows(p3), stats.fixed_rows(q3),
+    law_f = block_law if f is mrs.verify_block else laws.chain_call_law(f.law, laws.fixed_rows(p3), laws.fixed_rows(q3),
                                                                    K3, V3)
-    tv = stats.total_variation(stats.continued_law(law_f, stats.fixed_rows(q3), K3 + 1), joint)
+    tv = stats.total_variation(laws.continued_law(law_f, laws.fixed_rows(q3), K3 + 1), joint)
     calls = power.smallest_n(lambda m: power.check_power(law_f, block_law, m, stats.LEVEL)) if tv > 1e-12 else np.inf
     counts = stats.sample_verify(f, p3, q3, n, np.random.default_rng(25))
     X2, dof, pval = stats.chi_square_gof(counts, block_law)
@@ -251,18 +251,18 @@ for name, b in broken.BROKEN_BLOCK.items():
 #
 # The same test on whole runs of speculative sampling, the Markov chains of notebook 03 (a sharp target over
 # $V = 3$ tokens, a draft that is 70% target, $K = 3$, $N = 4$ new tokens: 81 possible sequences, each with its
-# exact probability, `stats.sequence_law`). The exact verifiers pass. Two lossy rules (section 6) are rejected:
+# exact probability, `laws.sequence_law`). The exact verifiers pass. Two lossy rules (section 6) are rejected:
 # Medusa's typical acceptance (`lossy.verify_typical`) and Leviathan's lenient acceptance at $l = 0.5$
 # (`mrs.verify_lenient`). (With $N = 4$ tokens per run the last call is cut short, so the tokens per call here
 # are only a rough view of the gain; the exact numbers are in sections 2 and 6.)
 
 # %%
 V, N, K = 3, 4, 3
-target = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(21), concentration=0.3)
-other = stats.MarkovChain.random(V, order=1, rng=np.random.default_rng(22), concentration=0.3)
-draft = stats.MarkovChain(0.7 * target.table + 0.3 * other.table)
+target = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(21), concentration=0.3)
+other = laws.MarkovChain.random(V, order=1, rng=np.random.default_rng(22), concentration=0.3)
+draft = laws.MarkovChain(0.7 * target.table + 0.3 * other.table)
 prompt = np.array([1])
-seq_law = stats.sequence_law(target, prompt, N)
+seq_law = laws.sequence_law(target, prompt, N)
 runs = 2_000 if QUICK else 20_000
 print(f"{runs} runs each")
 for name, f in (("verify (token-level)", mrs.verify), ("verify_block", mrs.verify_block),
@@ -292,7 +292,7 @@ for name, f in (("verify (token-level)", mrs.verify), ("verify_block", mrs.verif
 #   factor $c$.
 #
 # On a small case ($K = 3$ drafts over $V = 4$ tokens, fixed rows, a draft half target), every point below is
-# exact, computed from the laws and not simulated: the expected tokens per call (`stats.expected_tokens`) against
+# exact, computed from the laws and not simulated: the expected tokens per call (`laws.mean_output_length`) against
 # the total variation between the output, continued with target draws to $K + 1$ tokens, and the target's joint
 # law (`stats.total_variation`).
 
@@ -300,18 +300,18 @@ for name, f in (("verify (token-level)", mrs.verify), ("verify_block", mrs.verif
 rng = np.random.default_rng(7)
 q4 = rng.dirichlet(np.full(4, 0.5), size=4)  # [K+1, V]: the target's rows
 p4 = 0.5 * q4[:3] + 0.5 * rng.dirichlet(np.full(4, 0.5), size=3)  # [K, V]: the draft's, half the target
-joint4 = stats.target_joint_law(stats.fixed_rows(q4), 4, 4)
+joint4 = laws.target_joint_law(laws.fixed_rows(q4), 4, 4)
 
 
 def tokens_and_tv(law_given_drafts):  # a verifier's exact law for fixed drafts -> (E tokens per call, TV from q)
-    call = stats.rows_call_law(law_given_drafts, p4, q4)
-    continued = stats.continued_law(call, stats.fixed_rows(q4), 4)  # the output, continued to K + 1 tokens
-    return stats.expected_tokens(call), stats.total_variation(continued, joint4)
+    call = laws.rows_call_law(law_given_drafts, p4, q4)
+    continued = laws.continued_law(call, laws.fixed_rows(q4), 4)  # the output, continued to K + 1 tokens
+    return laws.mean_output_length(call), stats.total_variation(continued, joint4)
 
 
-exact = {"verify": tokens_and_tv(stats.token_call_law), "verify_block": tokens_and_tv(stats.block_call_law)}
+exact = {"verify": tokens_and_tv(laws.token_call_law), "verify_block": tokens_and_tv(laws.block_call_law)}
 leniences = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1]
-lenient = [tokens_and_tv(lambda x, p, q, l=l: stats.lenient_call_law(x, p, q, l)) for l in leniences]
+lenient = [tokens_and_tv(lambda x, p, q, l=l: laws.lenient_call_law(x, p, q, l)) for l in leniences]
 scales = [8, 4, 2, 1, 0.5, 0.25, 0.1]
 typical = [tokens_and_tv(lambda x, p, q, c=c: lossy.typical_call_law(x, p, q, lossy.EPSILON * c, lossy.DELTA * c))
            for c in scales]

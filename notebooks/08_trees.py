@@ -40,7 +40,7 @@ import numpy as np
 
 from specref import mrs_tree
 from specref.lessons.quick import quick_mode
-from specref.proof import power, stats, tree
+from specref.proof import laws, power, stats, tree
 from specref.proof.vectors import ListedUniforms
 
 QUICK = quick_mode()
@@ -388,17 +388,17 @@ print(f"P(a child is accepted) = {sum(v for out, v in law_rrs.items() if len(out
 print(f"first token, over the draws: {fmt(first_token(law_rrs))} = q: {first_token(law_rrs) == q_root}")
 
 # %% [markdown]
-# `specref.proof.tree` computes the law of one call independently (`tree.call_law`: every tree the drawing can give,
+# `specref.proof.tree` computes the law of one call independently (`tree.tree_call_law`: every tree the drawing can give,
 # with its chance, times the rule's exact law on it); continued with target draws to two tokens, each law must be
 # the target's two-token law, cell by cell:
 
 # %%
 for rule, law in (("topk", law_topk), ("mss", law_mss), ("rrs", law_rrs)):
-    exact = tree.call_law({"topk": tree.TOPK, "mss": tree.MSS, "rrs": tree.RRS}[rule].law, DRAWN[rule],
+    exact = tree.tree_call_law({"topk": tree.TOPK, "mss": tree.MSS, "rrs": tree.RRS}[rule].law, DRAWN[rule],
                           draft_row, target_row, (2,))
     continued = tree.continued(exact, target_row, 2)
-    print(f"{rule}: the hand law is tree.call_law's: {law == exact}; continued, it is the target's: "
-          f"{continued == tree.target_law(target_row, 2)}; tokens per call {stats.expected_tokens(exact)}")
+    print(f"{rule}: the hand law is tree.tree_call_law's: {law == exact}; continued, it is the target's: "
+          f"{continued == tree.target_law(target_row, 2)}; tokens per call {laws.mean_output_length(exact)}")
 
 # %% [markdown]
 # ## 4. The chi-square against the exact law, and the tree bugs that shipped
@@ -656,10 +656,10 @@ draft_m = mixture(0.5, target_m, other_m)
 worst = 0.0
 for shape, widths in (("chain", (1, 1, 1, 1)), ("2x1", (2, 1)), ("4", (4,))):
     for children, rule in (("topk", tree.TOPK), ("iid", tree.MSS), ("without_replacement", tree.RRS)):
-        law = tree.call_law(rule.law, children, draft_m, target_m, widths)
+        law = tree.tree_call_law(rule.law, children, draft_m, target_m, widths)
         ours = expected_tokens(SHAPES[shape], children, draft_m, target_m)
-        worst = max(worst, abs(stats.expected_tokens(law) - ours))
-print(f"largest difference from stats.expected_tokens(tree.call_law(...)) over 9 shapes and drawings: {worst:.1e}")
+        worst = max(worst, abs(laws.mean_output_length(law) - ours))
+print(f"largest difference from laws.mean_output_length(tree.tree_call_law(...)) over 9 shapes and drawings: {worst:.1e}")
 
 # %%
 lams = np.linspace(0.0, 1.0, 6 if QUICK else 11)

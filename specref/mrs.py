@@ -93,7 +93,7 @@ np.random.default_rng(seed); nothing else of it is used.  verify draws, in this 
         zero), which is the residual draw, and stop;
     if all K were accepted, one rng.random() for sample(q[K]), the bonus token.
 A rejection at position t therefore uses t + 2 uniforms, accepting all K uses K + 1.
-verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); mrs is one step
+verify_lenient draws the same way (accept iff u < q[t, x] / (l p[t, x])); accept_or_resample is one step
 of verify (one uniform, plus one for the residual on rejection); verify_greedy draws none.
 verify_block draws, in this order:
     for i = K, K-1, ..., 1 (the stopping coins, last position first):
@@ -234,7 +234,7 @@ def residual(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
 
 
 def output_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [V], [V] -> [V]
-    """Exact law of mrs's output: min(p, q) + (1 - beta) * residual (Theorem 1's two terms), which equals q.
+    """Exact law of accept_or_resample's output: min(p, q) + (1 - beta) * residual (Theorem 1's two terms), which equals q.
 
     Requires: p and q distributions [V] (a single pair).
     """
@@ -297,12 +297,12 @@ def sample(d: np.ndarray, rng: np.random.Generator) -> int:  # [V] nonnegative w
 
 # ---------------------------------------------------------------- exact MRS
 
-def mrs(x: int, p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:  # id, [V], [V]
+def accept_or_resample(x: int, p: np.ndarray, q: np.ndarray, rng: np.random.Generator) -> tuple[int, bool]:  # id, [V], [V]
     """One draft token x ~ p in, one token ~ q out, and whether x was accepted (Chen, Theorem 1).
 
     Requires: p and q distributions [V] (a single pair); x a token id in [0, V) with p(x) > 0.
     """
-    p, q = _check_pair(p, q, "mrs", "; use verify for K tokens")
+    p, q = _check_pair(p, q, "accept_or_resample", "; use verify for K tokens")
     x = _check_token(x, p.shape[0], "x")
     _check_drafted(x, p[x])
     if rng.random() < q[x] / p[x]:  # Alg. 2, lines 10-11: r ~ U[0, 1]; if r < min(1, q(x) / p(x))

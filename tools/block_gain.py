@@ -19,7 +19,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from specref.proof import stats
+from specref.proof import laws
 
 
 def expected_both(draft_row, target_row, K: int, V: int) -> tuple[float, float]:
@@ -31,7 +31,7 @@ def expected_both(draft_row, target_row, K: int, V: int) -> tuple[float, float]:
         if chance == 0.0:
             continue
         q = np.array([target_row(xs[:t]) for t in range(K + 1)])
-        t, b = stats.expected_tokens_given_drafts(np.array(xs), p, q)
+        t, b = laws.expected_tokens_given_drafts(np.array(xs), p, q)
         token, block = token + chance * t, block + chance * b
     return token, block
 
@@ -41,10 +41,10 @@ def toy() -> None:
     print("| K | token-level | block | gain |")
     print("|---|---|---|---|")
     for K in range(1, 9):
-        p = stats.fixed_rows([[Fraction(2, 3), Fraction(1, 3)]] * K)
-        q = stats.fixed_rows([[Fraction(1, 3), Fraction(2, 3)]] * (K + 1))
-        token = stats.expected_tokens(stats.call_law(stats.token_call_law, p, q, K, 2)) - 1
-        block = stats.expected_tokens(stats.call_law(stats.block_call_law, p, q, K, 2)) - 1
+        p = laws.fixed_rows([[Fraction(2, 3), Fraction(1, 3)]] * K)
+        q = laws.fixed_rows([[Fraction(1, 3), Fraction(2, 3)]] * (K + 1))
+        token = laws.mean_output_length(laws.chain_call_law(laws.token_call_law, p, q, K, 2)) - 1
+        block = laws.mean_output_length(laws.chain_call_law(laws.block_call_law, p, q, K, 2)) - 1
         print(f"| {K} | {token} = {float(token):.3f} | {block} = {float(block):.3f} | {float(block / token - 1):+.1%} |")
 
 
@@ -66,8 +66,8 @@ def context_dependent(V: int = 3, pairs: int = 5) -> None:
             token = block = alpha = 0.0
             for seed in range(pairs):
                 rng = np.random.default_rng(seed)
-                target = stats.random_conditionals(V, rng, 0.5)
-                other = stats.random_conditionals(V, rng, 0.5)
+                target = laws.random_conditionals(V, rng, 0.5)
+                other = laws.random_conditionals(V, rng, 0.5)
                 draft = make(target, other)
                 t, b = expected_both(draft, target, K, V)
                 token, block = token + t / pairs, block + b / pairs

@@ -10,7 +10,7 @@ non-central chi-square, plus the chance of drawing an outcome the correct law ca
 some directions of deviation far better than others, so two numbers are given, as total variation:
 
 - toward the draft: the law (1 - e) L0 + e B, L0 the correct law and B the output's law when the
-  draft is believed without a test: for one `mrs` step the draft row p itself; for one call and the
+  draft is believed without a test: for one `mrs.accept_or_resample` step the draft row p itself; for one call and the
   accepted count `broken.always_accept` (every draft kept, then the bonus token); for whole
   sequences the draft chain's own law.  The smallest e with 95% power (`power.smallest_n` over a
   grid of e) is reported as its total variation e * TV(B, L0), smallest and largest over the
@@ -36,7 +36,7 @@ import math
 import numpy as np
 from scipy import stats as sps
 
-from specref.proof import power, stats
+from specref.proof import laws, power, stats
 from specref.proof.bugs import broken
 from specref.proof.stats import total_variation
 from specref.warps import Warped
@@ -103,27 +103,27 @@ def families() -> list[tuple[str, dict]]:
         p0, q0 = p[0], q[0]
         one_step[name] = ({(y,): float(v) for y, v in enumerate(q0) if v > 0},
                           {(y,): float(v) for y, v in enumerate(p0) if v > 0})
-    out.append(("one `mrs` step against q (V = 4, 7 cases)", family(one_step, n)))
+    out.append(("one `mrs.accept_or_resample` step against q (V = 4, 7 cases)", family(one_step, n)))
 
-    calls = {name: (stats.verify_law(p, q), stats.rows_call_law(broken.always_accept.law, p, q))
+    calls = {name: (laws.verify_law(p, q), laws.rows_call_law(broken.always_accept.law, p, q))
              for name, (p, q) in test_mrs.CASES.items()}
     out.append(("one `verify` call (K = 2, V = 4, 7 cases)", family(calls, n)))
 
-    block = {name: (test_mrs_block.block_law(p, q), stats.rows_call_law(broken.always_accept.law, p, q))
+    block = {name: (test_mrs_block.block_law(p, q), laws.rows_call_law(broken.always_accept.law, p, q))
              for name, (p, q) in test_mrs_block.CASES.items()}
     out.append(("one `verify_block` call (K = 3, V = 3, 7 cases)", family(block, test_mrs_block.N_SAMPLES)))
 
     p, q = test_mrs._rows(np.random.default_rng(13), 4, 5, 1.0)  # test_number_of_accepted_tokens_has_its_closed_form
-    count = {(a,): float(w) for a, w in enumerate(stats.accepted_count_law(p, q))}
+    count = {(a,): float(w) for a, w in enumerate(laws.accepted_count_law(p, q))}
     out.append(("accepted count (K = 4, V = 5)", family({"random": (count, {(4,): 1.0})}, n)))  # always_accept: all 4
 
     T, D, x, N = test_sampling.TARGET, test_sampling.DRAFT, test_sampling.PROMPT, test_sampling.N
-    seqs = {"unwarped": (test_sampling.LAW, stats.sequence_law(D, x, N))}
+    seqs = {"unwarped": (test_sampling.LAW, laws.sequence_law(D, x, N))}
     warps = _warps(test_sampling)
     for warp in warps:
         args = (warp.temperature, warp.top_k, warp.top_p)
-        seqs[_warp_name(warp)] = (stats.sequence_law(Warped(T, *args), x, N),
-                                  stats.sequence_law(Warped(D, *args), x, N))
+        seqs[_warp_name(warp)] = (laws.sequence_law(Warped(T, *args), x, N),
+                                  laws.sequence_law(Warped(D, *args), x, N))
     out.append((f"whole sequences ({N} tokens, V = {test_sampling.V}; the target and its {len(warps)} warps)",
                 family(seqs, test_sampling.RUNS)))
 
@@ -154,10 +154,10 @@ def monte_carlo(runs: int) -> list[tuple[str, float, float]]:
     p, q = test_mrs.CASES["random"]
     out = []
     for what, correct, other, n in (
-            ("one verify call, random case", stats.verify_law(p, q),
-             stats.rows_call_law(broken.always_accept.law, p, q), test_mrs.N_SAMPLES),
+            ("one verify call, random case", laws.verify_law(p, q),
+             laws.rows_call_law(broken.always_accept.law, p, q), test_mrs.N_SAMPLES),
             ("whole sequences, unwarped", test_sampling.LAW,
-             stats.sequence_law(test_sampling.DRAFT, test_sampling.PROMPT, test_sampling.N), test_sampling.RUNS)):
+             laws.sequence_law(test_sampling.DRAFT, test_sampling.PROMPT, test_sampling.N), test_sampling.RUNS)):
         tv = toward(correct, other, n)
         out.append((what, rejection_rate(correct, other, n, tv, runs), tv))
     return out

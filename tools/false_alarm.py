@@ -29,7 +29,7 @@ from scipy import stats as sps
 import tests.core.test_mrs as tm
 import tests.core.test_mrs_block as tb
 import tests.core.test_sampling as ts
-from specref.proof import conform, stats
+from specref.proof import conform, laws, stats
 from specref.proof.bugs import broken, lossy
 from specref import mrs, verifiers
 
@@ -37,7 +37,7 @@ from specref import mrs, verifiers
 def verify_pvalue(f, case, seed):
     p, q = tm.CASES[case]
     counts = stats.sample_verify(f, p, q, tm.N_SAMPLES, np.random.default_rng(seed))
-    return stats.chi_square_gof(counts, stats.verify_law(p, q))[2]
+    return stats.chi_square_gof(counts, laws.verify_law(p, q))[2]
 
 
 def sequence_pvalue(f, K, seed):
@@ -87,19 +87,19 @@ def pooled_tail(law: dict, n: int, draws: int, rng: np.random.Generator) -> tupl
 
 def pooling(draws: int) -> None:
     """The null tail of every law the suite's and the checker's chi-square checks use, by multinomial draws."""
-    laws = {f"test_mrs {c}": (stats.verify_law(*tm.CASES[c]), tm.N_SAMPLES) for c in tm.CASES}
-    laws |= {f"test_mrs_block {c}": (tb.block_law(*tb.CASES[c]), tb.N_SAMPLES) for c in tb.CASES}
-    laws["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
+    checked = {f"test_mrs {c}": (laws.verify_law(*tm.CASES[c]), tm.N_SAMPLES) for c in tm.CASES}
+    checked |= {f"test_mrs_block {c}": (tb.block_law(*tb.CASES[c]), tb.N_SAMPLES) for c in tb.CASES}
+    checked["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
     for algorithm in verifiers.CHAINS:
         for c in conform.cases(algorithm):
-            laws[f"conform {algorithm} {c.name}"] = (stats.rows_call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
+            checked[f"conform {algorithm} {c.name}"] = (laws.rows_call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
         c = conform.accepted_count_case()
-        laws[f"conform {algorithm} accepted count"] = (
-            conform._count_marginal(stats.rows_call_law(conform.CORRECT[algorithm], c.p, c.q)), c.n)
+        checked[f"conform {algorithm} accepted count"] = (
+            conform._count_marginal(laws.rows_call_law(conform.CORRECT[algorithm], c.p, c.q)), c.n)
     rng = np.random.default_rng(0)
     print(f"{draws} multinomial draws per law, bins of stats.pooled_bins (MIN_EXPECTED = {stats.MIN_EXPECTED:g})")
     rates = []
-    for name, (law, n) in laws.items():
+    for name, (law, n) in checked.items():
         dof, pv = pooled_tail(law, n, draws, rng)
         rates.append((np.mean(pv < stats.LEVEL), np.mean(pv < stats.LEVEL / 11)))
         print(f"  {name:38s} n={n:6d} dof={dof:3d}  below {stats.LEVEL:g}: {rates[-1][0]:.5f}  "

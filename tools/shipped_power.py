@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 
-from specref.proof import conform, power, stats
+from specref.proof import conform, laws, power, stats
 from specref.proof.bugs import shipped
 
 
@@ -47,7 +47,7 @@ def _run_fails(bug, algorithm: str, seed: int, scale: float = 1.0) -> tuple[bool
     for name, case, marginal in power._checks(algorithm):
         n = max(1, round(case.n * scale))
         counts = stats.sample_verify(bug, case.p, case.q, n, np.random.default_rng(rng.integers(2**63)))
-        law = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+        law = laws.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
         if marginal:
             counts, law = conform._count_marginal(counts), conform._count_marginal(law)
         if stats.chi_square_gof(counts, law)[2] <= level:
@@ -74,9 +74,9 @@ def measure(seeds: int) -> None:
 
 def compare(name: str, check: str, runs: int) -> None:
     s = shipped.BY_NAME[name]
-    entry = next((e for e in power.laws(s.bug, s.algorithm) if e[0] == check), None)
+    entry = next((e for e in power.bug_laws(s.bug, s.algorithm) if e[0] == check), None)
     if entry is None:
-        raise SystemExit(f"no check {check!r}; checks: {[e[0] for e in power.laws(s.bug, s.algorithm)]}")
+        raise SystemExit(f"no check {check!r}; checks: {[e[0] for e in power.bug_laws(s.bug, s.algorithm)]}")
     _, _, correct, law = entry
     case = next(c for n, c, _ in power._checks(s.algorithm) if n == check)
     level = conform.FAMILY_LEVEL / 11

@@ -44,7 +44,7 @@ from specref.apps.humaneval.report import add_bench_prediction, format_table, su
 from specref.apps.humaneval.runner import Benchmark, Method  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.files import write_text  # noqa: E402
-from specref.proof import stats  # noqa: E402
+from specref.proof import laws  # noqa: E402
 from specref.trees import Tree  # noqa: E402
 
 # The shapes compared, at equal nodes (a chain of K is "1x1x..."): exactly at K = 4 and 6 (a chain of 8 over
@@ -147,8 +147,8 @@ def exact_tables(V: int = 6, pairs: int = 8, lams=(0.2, 0.5, 0.8), concentration
     for lam in lams:
         for seed in range(pairs):
             rng = np.random.default_rng([2026, seed])
-            target = stats.random_conditionals(V, rng, concentration)
-            models.append((lam, mixture(target, stats.random_conditionals(V, rng, concentration), lam), target))
+            target = laws.random_conditionals(V, rng, concentration)
+            models.append((lam, mixture(target, laws.random_conditionals(V, rng, concentration), lam), target))
     out = [f"Exact expected tokens per target call, V = {V}, Dirichlet({concentration}) rows for every prefix, "
            f"draft = lam * target + (1 - lam) * another model; mean over {pairs} pairs.", ""]
     alphas = {lam: np.mean([float(np.minimum(d(()), t(())).sum()) for l2, d, t in models if l2 == lam]) for lam in lams}

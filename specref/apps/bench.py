@@ -70,7 +70,7 @@ def format_table(costs: dict) -> str:
     return "\n".join(lines)
 
 
-def workload_row(r: demo.Result) -> dict:
+def workload_row(r: demo.Run) -> dict:
     """One demo run as a JSON row."""
     return {"method": r.method, "draft": r.draft, "verify": r.verify, "K": r.K, "temperature": r.temperature,
             "top_p": r.top_p,

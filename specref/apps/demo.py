@@ -50,7 +50,7 @@ from specref.apps.named_drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
 from specref.apps.timing import timed_generation
-from specref.proof.stats import ExpectedTokens
+from specref.proof.laws import ExpectedTokens
 from specref.runstats import RunStats
 from specref.sampling import Step
 from specref.trees import Tree
@@ -79,7 +79,7 @@ DEFAULT_DRAFTS = ("prompt-lookup", "neural+lookup")   # copying from the prompt,
 
 
 @dataclass
-class Result:
+class Run:
     """One demo run: its settings, its tokens and its statistics (a `RunStats` from the loop)."""
 
     method: str  # "ArS" or "SpS"
@@ -110,7 +110,7 @@ def until_eos(tokens, eos: int | None) -> list[int]:
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Result:
+             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Run:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
 
     lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
@@ -130,7 +130,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
     if draft is not None and stats.calls_by_drafted and tree is None:
         expected.add_undrafted_calls(stats.calls_by_drafted[0])
     calls = expected.calls or float("nan")
-    r = Result(method, draft_name if draft else "-", (tree.size if tree else K) if draft else 0, temperature, top_p,
+    r = Run(method, draft_name if draft else "-", (tree.size if tree else K) if draft else 0, temperature, top_p,
                until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
                expected.token / calls, expected.block / calls)
     if draft is not None and tree is not None:
@@ -154,7 +154,7 @@ class Printer:
         self.stream.flush()
 
 
-def predict(result: Result, base: Result) -> float:
+def predict(result: Run, base: Run) -> float:
     """Leviathan Thm 3.8 with measured costs: E[tokens](alpha, K) / (K c + score_cost).
 
     Costs are measured in the same runs, relative to one ArS target call (one decode step
@@ -177,7 +177,7 @@ def predict(result: Result, base: Result) -> float:
                                                   stats.draft_ms_per_call / base.stats.target_ms_per_call, score_cost))
 
 
-def fill_prediction(result: Result, base: Result) -> Result:
+def fill_prediction(result: Run, base: Run) -> Run:
     """Set result's speedup over `base` (ArS with the same warp, same run), its prediction (`predict`)
     and `score_noise` (its SpS call measured cheaper than base's: `speedup.plausible_score_cost`)."""
     result.speedup = base.stats.ms_per_token / result.stats.ms_per_token
@@ -225,7 +225,7 @@ class KChoice:
                           "no alpha would: every call costs more than it can yield"))
 
 
-def choose_K(pilot: Result, base: Result, costs: list[float]) -> KChoice:
+def choose_K(pilot: Run, base: Run, costs: list[float]) -> KChoice:
     """K maximising Theorem 3.8 with the measured scoring costs (`speedup.best_gamma_measured`), alpha
     and c from `pilot` (a short SpS run of the draft) and c relative to `base`'s decode step."""
     stats = pilot.stats
@@ -377,7 +377,7 @@ class TreeChoice:
         return head + f"no tree pays (best tree {self.tree} predicts {self.predicted:.2f}x)" + than
 
 
-def choose_tree(pilot: Result, base: Result, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
+def choose_tree(pilot: Run, base: Run, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
     """The tree of `tree_shapes()` maximising `speedup.tree_walltime_improvement`, with the chances by rank of
     `pilot` (a short run with the tree TREE_PILOT), c from it relative to `base`'s decode step, and a tree of
     N nodes priced as scoring N + 1 tokens (costs[N - 1]: the same rows in one pass; `bench` measures both).
@@ -391,7 +391,7 @@ def choose_tree(pilot: Result, base: Result, costs: list[float], chain: KChoice 
                       speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)
 
 
-def table(results: list[Result]) -> str:
+def table(results: list[Run]) -> str:
     w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
     tw = max([7] + [len(r.tree) for r in results])  # and the tree column the longest shape
     head = f"{'method':6} {'draft':{w}} {'K':>2} {'tree':>{tw}} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
@@ -430,7 +430,7 @@ def table(results: list[Result]) -> str:
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
                   printer=None, log=print, verify: str = "token", costs: list[float] | None = None,
-                  tree: str | None = None) -> list[Result]:
+                  tree: str | None = None) -> list[Run]:
     """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted.
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
@@ -489,7 +489,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     return results
 
 
-def verdicts(results: list[Result]) -> list[str]:
+def verdicts(results: list[Run]) -> list[str]:
     """One honest line per SpS run: faster or slower than ArS, and by how much."""
     out = []
     for r in results:

@@ -21,7 +21,7 @@ When we are root and util-linux's `unshare`, `mount` and `setpriv` exist (isolat
   it has only a loopback device that is down.
 - as a fresh unprivileged uid/gid (a random number no account uses, chosen per run) with no
   supplementary groups and no_new_privs set, so RLIMIT_NPROC applies (root ignores it) and
-  counts only this run's processes: a fork bomb stops at `Limits.processes`;
+  counts only this run's processes: a fork bomb stops at `ResourceLimits.processes`;
 - with every mount of the machine remounted read-only inside its mount namespace, except the
   working directory (bound onto itself first). World-writable places such as /tmp, /var/tmp,
   /run/lock and /dev/shm become read-only for it, and files owned by root are not writable by
@@ -65,7 +65,7 @@ _UID_RANGE = (1 << 20, 1 << 30)
 
 
 @dataclasses.dataclass(frozen=True)
-class Limits:
+class ResourceLimits:
     seconds: float = 10.0  # wall-clock limit for the whole program, start to exit
     memory_bytes: int = 1 << 30  # RLIMIT_AS per process (virtual address space)
     processes: int = 32  # RLIMIT_NPROC for the sandbox uid (namespaces isolation only)
@@ -74,10 +74,10 @@ class Limits:
 
     def __post_init__(self):
         if not self.seconds > 0:
-            raise ValueError(f"Limits.seconds must be > 0, got {self.seconds}")
+            raise ValueError(f"ResourceLimits.seconds must be > 0, got {self.seconds}")
         for name in ("memory_bytes", "processes", "file_bytes", "open_files"):
             if getattr(self, name) < 1:
-                raise ValueError(f"Limits.{name} must be a positive integer, got {getattr(self, name)}")
+                raise ValueError(f"ResourceLimits.{name} must be a positive integer, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -163,7 +163,7 @@ def confine_script(workdir: str, uid: int, command: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _set_limits(limits: Limits, count_processes: bool) -> None:
+def _set_limits(limits: ResourceLimits, count_processes: bool) -> None:
     """Run in the child between fork and exec: apply the rlimits (inherited by every descendant)."""
     resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
     resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_bytes, limits.file_bytes))
@@ -196,7 +196,7 @@ def classify(returncode: int | None, timed_out: bool, stderr_tail: str) -> str:
     return "failed"
 
 
-def run_program(source: str, limits: Limits = Limits(), tail_chars: int = 2000) -> SandboxResult:
+def run_program(source: str, limits: ResourceLimits = ResourceLimits(), tail_chars: int = 2000) -> SandboxResult:
     """Write `source` to prog.py in a fresh temporary directory and run it there under `limits`."""
     if not isinstance(source, str):
         raise ValueError(f"run_program expects the program text as str, got {type(source).__name__}")

@@ -22,7 +22,7 @@ import platform
 import numpy as np
 
 from specref import mrs, sampling, speedup
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken
 
 
@@ -154,7 +154,7 @@ def constant_pair(alpha: float, V: int = 3):
     p[0] = q[0] = alpha
     q[1] = 1.0 - alpha
     p[2] = 1.0 - alpha
-    return stats.MarkovChain(np.tile(p, (V, 1))), stats.MarkovChain(np.tile(q, (V, 1)))
+    return laws.MarkovChain(np.tile(p, (V, 1))), laws.MarkovChain(np.tile(q, (V, 1)))
 
 
 def simulate_tokens_per_call(alpha: float, gamma: int, loops: int, rng: np.random.Generator) -> np.ndarray:  # -> [loops]
@@ -223,7 +223,7 @@ def verify_pvalues(verify, p: np.ndarray, q: np.ndarray, n: int, reps: int, seed
                    on_test=None) -> np.ndarray:  # -> [reps]
     """Chi-square p-values of `reps` independent samples of n verify outputs against the exact law;
     `on_test()`, if given, is called after each test (progress)."""
-    law = stats.verify_law(p, q)
+    law = laws.verify_law(p, q)
     rng = np.random.default_rng(seed)
     out = []
     for _ in range(reps):

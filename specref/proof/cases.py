@@ -16,18 +16,18 @@ from typing import Callable
 import numpy as np
 
 from specref import trees
-from specref.proof import stats, tree
+from specref.proof import laws, tree
 
 # Samples per one-call check and per large-vocabulary check.
 N_CALLS = 20_000
 N_LARGE_V = 3_000
-# The whole-sequence checks: runs of `speculative_sampling` per check, and its K, on stats.markov_pair().
+# The whole-sequence checks: runs of `speculative_sampling` per check, and its K, on laws.markov_pair().
 N_SEQUENCES = 6_000
 SEQ_K = (2, 3)
 # The large vocabulary (GPT-2's 50257): the law is checked on tokens spread across it.
 LARGE_V = 50_257
 # The exact law of one call of a correct verifier, per algorithm.
-CORRECT = {"token": stats.token_call_law, "block": stats.block_call_law}
+CORRECT = {"token": laws.token_call_law, "block": laws.block_call_law}
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def count_marginal(law_or_counts):
 # A tree verifier (`mrs.verify_tree_*`'s contract) is checked on trees the checker draws itself, the way its
 # algorithm assumes (tree.ALGORITHMS[...].children), from rows that depend on the context (a bug that reads
 # another node's row is invisible otherwise).  The exact law of one call, the tree's drawing included, is
-# tree.call_law in fractions.
+# tree.tree_call_law in fractions.
 
 # Calls per one-call check (V = 4) and on the large vocabulary; runs of the tree loop per sequence check.
 TREE_N_CALLS = 10_000
@@ -194,9 +194,9 @@ def tree_call_law(algorithm: str, case: str, bug: str | None = None) -> dict[tup
 
 @functools.lru_cache(maxsize=None)
 def tree_sequence_law(algorithm: str, widths: tuple, bug: str | None = None) -> dict[tuple, float]:
-    """The exact law of the SEQ_N tokens the tree loop appends (stats.markov_pair, stats.SEQ_PROMPT; trees of
+    """The exact law of the SEQ_N tokens the tree loop appends (laws.markov_pair, laws.SEQ_PROMPT; trees of
     `widths` drawn the algorithm's way) with its verifier (the target's own law) or its known bug `bug`."""
-    alg, (target, draft) = tree.ALGORITHMS[algorithm], stats.markov_pair()
+    alg, (target, draft) = tree.ALGORITHMS[algorithm], laws.markov_pair()
     if bug is None:
-        return stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
-    return tree.loop_law(alg.bug[bug].law, alg.children, draft, target, stats.SEQ_PROMPT, stats.SEQ_N, widths)
+        return laws.sequence_law(target, laws.SEQ_PROMPT, laws.SEQ_N)
+    return tree.loop_law(alg.bug[bug].law, alg.children, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, widths)

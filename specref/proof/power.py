@@ -13,7 +13,7 @@ independent checks does; the sequence checks are left out here, so a run's power
 lower bound and its sample size for 95% power an upper bound.
 
 Whether a check of a given size tests anything at all (`counts_as_test`, the sequence checks
-included through `stats.speculative_sequence_law`): at least two bins, and at least half of the
+included through `laws.speculative_sequence_law`): at least two bins, and at least half of the
 known bugs it sees at its default size seen at that size.
 
 Tree verifiers (conform.check of a tree algorithm): the same, on the exact laws of cases.tree_call_law and
@@ -28,7 +28,7 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import cases, stats, tree
+from specref.proof import cases, laws, stats, tree
 from specref.proof.bugs import shipped
 from specref.proof.stats import total_variation
 
@@ -78,15 +78,15 @@ def _checks(algorithm: str) -> list[tuple[str, cases.Case, bool]]:  # (check nam
 
 @functools.lru_cache(maxsize=None)
 def _correct_laws(algorithm: str) -> tuple[dict, ...]:  # per one-call and accepted-count check: the correct law
-    return tuple(stats.rows_call_law(cases.CORRECT[algorithm], case.p, case.q) for _, case, _ in _checks(algorithm))
+    return tuple(laws.rows_call_law(cases.CORRECT[algorithm], case.p, case.q) for _, case, _ in _checks(algorithm))
 
 
 @functools.lru_cache(maxsize=None)
-def laws(bug, algorithm: str) -> tuple[tuple[str, int, dict, dict], ...]:
+def bug_laws(bug, algorithm: str) -> tuple[tuple[str, int, dict, dict], ...]:
     """Per chi-square check of the checker (the sequence checks aside): (name, default n, correct law, bug's law)."""
     out = []
     for (name, case, marginal), correct in zip(_checks(algorithm), _correct_laws(algorithm)):
-        law = stats.rows_call_law(bug.law, case.p, case.q)
+        law = laws.rows_call_law(bug.law, case.p, case.q)
         if marginal:
             correct, law = cases.count_marginal(correct), cases.count_marginal(law)
         out.append((name, case.n, correct, law))
@@ -101,7 +101,7 @@ def run_power(bug, algorithm: str, samples: dict | None = None, scale: float = 1
     (default FAMILY_LEVEL / 11, the run's Bonferroni share).  Checks missing from `samples` are left out."""
     level = stats.LEVEL / 11 if level is None else level
     miss = 1.0
-    for name, n0, correct, law in laws(bug, algorithm):
+    for name, n0, correct, law in bug_laws(bug, algorithm):
         n = max(1, round(n0 * scale)) if samples is None else samples.get(name)
         if n:
             miss *= 1.0 - check_power(law, correct, n, level)
@@ -118,7 +118,7 @@ def best_check(bug, algorithm: str, level: float | None = None) -> tuple[str, fl
     """(the check that needs the fewest draws for 95% power alone, that n; inf if none ever does)."""
     level = stats.LEVEL / 11 if level is None else level
     best = ("", math.inf)
-    for name, _, correct, law in laws(bug, algorithm):
+    for name, _, correct, law in bug_laws(bug, algorithm):
         if total_variation(law, correct) > 0:
             n = smallest_n(lambda m: check_power(law, correct, m, level), n_max=1e10)
             if n < best[1]:
@@ -129,7 +129,7 @@ def best_check(bug, algorithm: str, level: float | None = None) -> tuple[str, fl
 def row(entry, level: float | None = None) -> dict:
     """One line of the power table for a `shipped.Shipped` entry: largest total variation over the checker's
     cases, its case, the run's power at the default sizes, the scale and the best single check for 95% power."""
-    tvs = [(total_variation(law, correct), name) for name, _, correct, law in laws(entry.bug, entry.algorithm)]
+    tvs = [(total_variation(law, correct), name) for name, _, correct, law in bug_laws(entry.bug, entry.algorithm)]
     tv, where = max(tvs)
     name, n = best_check(entry.bug, entry.algorithm, level)
     return {"signature": entry.name, "where": entry.where, "tier": entry.tier, "tv": tv, "tv_check": where,
@@ -154,9 +154,9 @@ def sees(correct: dict, laws, n: int, level: float) -> int:
 
 
 def sequence_law(law_given_drafts, K: int) -> dict:
-    """The law of the sequence checks' SEQ_N tokens (stats.markov_pair, SEQ_PROMPT, K drafts a call), given a call's."""
-    target, draft = stats.markov_pair()
-    return stats.speculative_sequence_law(law_given_drafts, target, draft, stats.SEQ_PROMPT, stats.SEQ_N, K)
+    """The law of the sequence checks' SEQ_N tokens (laws.markov_pair, SEQ_PROMPT, K drafts a call), given a call's."""
+    target, draft = laws.markov_pair()
+    return laws.speculative_sequence_law(law_given_drafts, target, draft, laws.SEQ_PROMPT, laws.SEQ_N, K)
 
 
 @functools.lru_cache(maxsize=None)
@@ -170,9 +170,9 @@ def check_laws(algorithm: str, bugs: tuple) -> dict:
     out = {}
     for i, ((name, case, marginal), correct) in enumerate(zip(_checks(algorithm), _correct_laws(algorithm))):
         out[name] = (case.n, cases.count_marginal(correct) if marginal else correct,
-                     tuple(laws(bug, algorithm)[i][3] for bug in bugs))
-    target, _ = stats.markov_pair()
-    correct = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
+                     tuple(bug_laws(bug, algorithm)[i][3] for bug in bugs))
+    target, _ = laws.markov_pair()
+    correct = laws.sequence_law(target, laws.SEQ_PROMPT, laws.SEQ_N)
     for K in cases.SEQ_K:
         out[f"sequences K={K}"] = (cases.N_SEQUENCES, correct, tuple(sequence_law(bug.law, K) for bug in bugs))
     return out

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from specref import warps
-from specref.proof import stats
+from specref.proof import laws
 
 
 def _draw(rows: np.ndarray, rng: np.random.Generator) -> np.ndarray:  # [m, V] (unnormalised weights) -> [m]
@@ -130,7 +130,7 @@ class Toy:
             def resample(p_t, q_t, x):
                 excess = [max(0.0, b - a) for a, b in zip(p_t, q_t)]
                 return emitted(excess if sum(excess) > 0 else q_t)
-            for out, v in stats.token_call_law(list(xs), p, q, resample=resample).items():
+            for out, v in laws.token_call_law(list(xs), p, q, resample=resample).items():
                 law[out] = law.get(out, 0.0) + chance * v
         return law
 
@@ -150,7 +150,7 @@ class Toy:
 
     def plain_law(self) -> dict[tuple, float]:
         """Exact law of plain's L tokens: the warped target's chain."""
-        return stats.continued_law({(): 1.0}, lambda s: self.q_warped[s[-1] if s else self.prompt], self.L)
+        return laws.continued_law({(): 1.0}, lambda s: self.q_warped[s[-1] if s else self.prompt], self.L)
 
     def acceptance(self) -> float:
         """Expected share of drafts accepted in the first call (the pipeline's alpha after the prompt)."""

@@ -16,7 +16,7 @@ The laws are written in plain Python arithmetic, independently of specref.mrs_tr
 of fractions.Fraction give exact laws.  A law is a dict: output tuple (the accepted path, then one
 more token) -> probability.  Rows depend on the context: draft_row(prefix) and target_row(prefix)
 are the next-token rows after the tokens `prefix` (a tuple, () at the root), as in
-`stats.call_law`; a bug that reads the wrong node's row is invisible unless they do.
+`laws.chain_call_law`; a bug that reads the wrong node's row is invisible unless they do.
 Chen's letters: p = draft, q = target.
 """
 
@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 from specref import verifiers
-from specref.proof import stats
+from specref.proof import laws
 from specref.proof.bugs import tree as tree_bugs
 from specref.proof.tree_rule import MSS, RRS, TOPK, Rule, _as_float, _normalised
 from specref.protocol import next_distributions
@@ -109,7 +109,7 @@ def tree_draws(children: str, draft_row: Callable, widths) -> list[tuple[object,
 
 # ---------------------------------------------------------------- one call with its tree drawn
 
-def call_law(law_given_tree: Callable, children: str, draft_row: Callable, target_row: Callable,
+def tree_call_law(law_given_tree: Callable, children: str, draft_row: Callable, target_row: Callable,
              widths) -> dict[tuple, object]:
     """Exact law of one call with the tree drawn as `children` says: the sum over `tree_draws` of each tree's
     chance times law_given_tree(tokens, parents, p, q) (a `Rule.law`, a bug's law), p and q the rows on that tree."""
@@ -122,7 +122,7 @@ def call_law(law_given_tree: Callable, children: str, draft_row: Callable, targe
 
 
 def fresh_children_law(children: str, draft_row: Callable, target_row: Callable, widths) -> dict[tuple, object]:
-    """The correct law of one call with the tree drawn, computed another way than `call_law`: at each node the
+    """The correct law of one call with the tree drawn, computed another way than `tree_call_law`: at each node the
     next child is a fresh draw from the draft (given the earlier children: i.i.d., or without them), and only
     the subtree of an accepted child matters, so the law follows from one recursion over contexts, without
     enumerating trees.  For "topk" it is the closed form: y ~ q, followed into the tree when y is a child."""
@@ -183,9 +183,9 @@ def loop_law(law_given_tree: Callable, children: str, draft, target, prompt, N: 
     draft at the tokens so far (`children`'s way, `widths`), the target scores it, and the call's output has law
     law_given_tree(tokens, parents, p, q) (`Rule.law`, a bug's law); a call that overshoots N is cut to N.
 
-    draft and target are models (specref.protocol); a model with an `order` (stats.MarkovChain) sees only its last
+    draft and target are models (specref.protocol); a model with an `order` (laws.MarkovChain) sees only its last
     `order` tokens, so one call law per such tail is computed.  For the correct rules this is the target's own
-    sequence law (`stats.sequence_law`); for a bug it is that bug's law of whole sequences.
+    sequence law (`laws.sequence_law`); for a bug it is that bug's law of whole sequences.
     """
     x = tuple(int(t) for t in prompt)
     orders = [getattr(model, "order", None) for model in (draft, target)]
@@ -197,7 +197,7 @@ def loop_law(law_given_tree: Callable, children: str, draft, target, prompt, N: 
             context = x + seq
             tail = context[-order:] if order and len(context) >= order else context
             if tail not in call_laws:
-                call_laws[tail] = call_law(law_given_tree, children, _model_rows(draft, context),
+                call_laws[tail] = tree_call_law(law_given_tree, children, _model_rows(draft, context),
                                            _model_rows(target, context), widths)
             for out, v in call_laws[tail].items():
                 longer = seq + out
@@ -208,13 +208,13 @@ def loop_law(law_given_tree: Callable, children: str, draft, target, prompt, N: 
 
 
 def continued(law: dict, target_row: Callable, length: int) -> dict[tuple, object]:
-    """A call's output law continued with target draws to `length` tokens (`stats.continued_law`)."""
-    return stats.continued_law(law, target_row, length)
+    """A call's output law continued with target draws to `length` tokens (`laws.continued_law`)."""
+    return laws.continued_law(law, target_row, length)
 
 
 def target_law(target_row: Callable, length: int) -> dict[tuple, object]:
     """The target's law of `length` tokens: prod_t q(x_t | x_1..x_{t-1})."""
-    return stats.continued_law({(): 1}, target_row, length)
+    return laws.continued_law({(): 1}, target_row, length)
 
 
 def largest_difference(law: dict, target: dict) -> tuple[object, tuple | None]:
@@ -317,7 +317,7 @@ class Algorithm:
 
     def call_law(self, draft_row: Callable, target_row: Callable, widths, law: Callable | None = None) -> dict:
         """Exact law of one call (of the reference, or of `law`, a bug's) with the tree drawn this algorithm's way."""
-        return call_law(law or self.rule.law, self.children, draft_row, target_row, widths)
+        return tree_call_law(law or self.rule.law, self.children, draft_row, target_row, widths)
 
     @property
     def bug(self) -> dict:

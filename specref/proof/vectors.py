@@ -1,7 +1,7 @@
 """Portable test vectors for specref/mrs.py: `python3 -m specref.proof.vectors` rewrites mrs_vectors.json.
 
 Each vector is a named case: the inputs of one call of `mrs.verify`, `mrs.verify_block`,
-`mrs.verify_lenient`, `mrs.verify_greedy` or `mrs.mrs`, the uniforms that call draws from its rng in the order it
+`mrs.verify_lenient`, `mrs.verify_greedy` or `mrs.accept_or_resample`, the uniforms that call draws from its rng in the order it
 draws them, and the tokens it returns.  Another implementation that draws its uniforms in
 the order specref/mrs.py states (its RANDOMNESS and SAMPLING, copied into the JSON as
 "uniform_order") must return the same tokens.  Chen's letters: p = draft, q = target.
@@ -9,7 +9,7 @@ the order specref/mrs.py states (its RANDOMNESS and SAMPLING, copied into the JS
 Every expected output is computed twice: by specref.mrs, and by `exact_walk` below, an
 independent replay of the documented rule in exact rational arithmetic (fractions.Fraction
 of the float64 inputs; block verification's weights by `specref.proof.stats.block_weights`, greedy's
-tokens by `stats.greedy_call_law`).  The generator refuses to write a vector on which the two disagree,
+tokens by `laws.greedy_call_law`).  The generator refuses to write a vector on which the two disagree,
 or whose uniforms lie within MARGIN of a decision boundary (an accept ratio, or a step
 (d[0] + ... + d[i]) / sum(d) of an inverse CDF), so float rounding in any implementation
 cannot change a vector's tokens.
@@ -25,10 +25,10 @@ import numpy as np
 
 from specref import mrs
 from specref.files import write_text
-from specref.proof import stats
+from specref.proof import laws
 
 FORMAT = "specref-mrs-vectors"
-VERSION = 1
+VERSION = 2
 PATH = Path(__file__).with_name("mrs_vectors.json")
 
 # No uniform of a vector is closer than this to a decision boundary.
@@ -66,12 +66,12 @@ def uniform_order() -> list[str]:
 
 # ---------------------------------------------------------------- replaying a vector
 
-def replay(case: dict, module=mrs) -> dict:  # -> {"tokens": [...]} (+ "accepted" for mrs)
+def replay(case: dict, module=mrs) -> dict:  # -> {"tokens": [...]} (+ "accepted" for accept_or_resample)
     """Run one vector's call on `module` (specref.mrs or a copy) with its listed uniforms; check all were drawn."""
     rng = ListedUniforms(case["uniforms"])
     function = case["function"]
-    if function == "mrs":
-        y, accepted = module.mrs(case["x"], np.array(case["p"]), np.array(case["q"]), rng)
+    if function == "accept_or_resample":
+        y, accepted = module.accept_or_resample(case["x"], np.array(case["p"]), np.array(case["q"]), rng)
         out = {"tokens": [int(y)], "accepted": bool(accepted)}
     elif function == "verify_greedy":
         out = {"tokens": [int(y) for y in module.verify_greedy(np.array(case["x_draft"], dtype=np.int64), np.array(case["q"]))]}
@@ -134,16 +134,16 @@ def _inverse_cdf(w: list[Fraction], u: Fraction) -> tuple[int, Fraction]:  # wei
 def exact_walk(case: dict) -> tuple[dict, list[str], float]:
     """Replay a vector by the documented rule in exact arithmetic: (outputs, trace, smallest margin of its uniforms)."""
     if case["function"] == "verify_greedy":
-        best = [stats.first_max(row) for row in case["q"]]  # ties go to the lowest id
-        (tokens,) = map(list, stats.greedy_call_law(case["x_draft"], None, case["q"]))  # its one output
+        best = [laws.first_max(row) for row in case["q"]]  # ties go to the lowest id
+        (tokens,) = map(list, laws.greedy_call_law(case["x_draft"], None, case["q"]))  # its one output
         trace = [f"target argmax per position {best}: the first {len(tokens) - 1} drafts match"]
         return {"tokens": tokens}, trace, float("inf")
     if case["function"] == "verify_block":
         return _exact_block_walk(case)
-    single = case["function"] == "mrs"
+    single = case["function"] == "accept_or_resample"
     x_draft = [case["x"]] if single else case["x_draft"]  # [K]
     p = [case["p"]] if single else case["p"]  # [K][V]
-    q = [case["q"]] if single else case["q"]  # [K+1][V] ([1][V] for mrs)
+    q = [case["q"]] if single else case["q"]  # [K+1][V] ([1][V] for accept_or_resample)
     lenience = Fraction(case.get("lenience", 1.0))
     rng = ListedUniforms(case["uniforms"])
     ratio = "q/p" if lenience == 1 else "q/(l p)"
@@ -184,7 +184,7 @@ def _exact_block_walk(case: dict) -> tuple[dict, list[str], float]:
     K = len(x_draft)
     p = [[Fraction(v) for v in row] for row in case["p"]]
     q = [[Fraction(v) for v in row] for row in case["q"]]
-    w, h, r = stats.block_weights(x_draft, p, q)
+    w, h, r = laws.block_weights(x_draft, p, q)
     rng = ListedUniforms(case["uniforms"])
     trace = [f"w = {[float(v) for v in w]}, h = {[round(float(v), 6) for v in h]}"]
     tau, margin = 0, Fraction(1)
@@ -317,13 +317,13 @@ def cases() -> list[dict]:
          "q": [[0.2, 0.4, 0.4], [0.3, 0.3, 0.4]], "uniforms": []},
         {"name": "greedy_on_logits", "function": "verify_greedy", "about": "scores need not be probabilities",
          "x_draft": [2, 2], "q": [[1.5, -2.0, 3.0], [0.0, 4.0, -1.0], [2.0, 1.0, 0.5]], "uniforms": []},
-        {"name": "mrs_accept", "function": "mrs", "about": "q/p = 0.75 and u = 0.7: accepted",
+        {"name": "mrs_accept", "function": "accept_or_resample", "about": "q/p = 0.75 and u = 0.7: accepted",
          "x": 0, "p": P0, "q": Q0, "uniforms": [0.7]},
-        {"name": "mrs_reject_then_residual", "function": "mrs", "about": "q/p = 0.75 and u = 0.76: rejected; residual draw",
+        {"name": "mrs_reject_then_residual", "function": "accept_or_resample", "about": "q/p = 0.75 and u = 0.76: rejected; residual draw",
          "x": 0, "p": P0, "q": Q0, "uniforms": [0.76, 0.74]},
-        {"name": "mrs_ratio_above_one", "function": "mrs", "about": "q/p = 1.5: accepted with u = 0.999",
+        {"name": "mrs_ratio_above_one", "function": "accept_or_resample", "about": "q/p = 1.5: accepted with u = 0.999",
          "x": 1, "p": P0, "q": Q0, "uniforms": [0.999]},
-        {"name": "mrs_target_zero_never_accepted", "function": "mrs", "about": "q(x) = 0: rejected even with u = 0.001",
+        {"name": "mrs_target_zero_never_accepted", "function": "accept_or_resample", "about": "q(x) = 0: rejected even with u = 0.001",
          "x": 0, "p": [0.5, 0.5], "q": [0.0, 1.0], "uniforms": [0.001, 0.3]},
     ]
 
@@ -345,9 +345,9 @@ def build() -> dict:
         "description": [
             "Test vectors for modified rejection sampling (speculative sampling, Chen et al. 2023, Algorithm 2),",
             "written by `python3 -m specref.proof.vectors` from specref/mrs.py; Chen's letters: p = draft, q = target.",
-            "Each case calls `function` (verify, verify_block, verify_lenient, verify_greedy or mrs of specref/mrs.py) on x_draft",
-            "(or x for mrs), p, q (and lenience) with an rng whose random() returns `uniforms` in order; the call must",
-            "draw exactly those uniforms and return `tokens` (and `accepted` for mrs).  `trace` shows the decisions.",
+            "Each case calls `function` (verify, verify_block, verify_lenient, verify_greedy or accept_or_resample of specref/mrs.py) on x_draft",
+            "(or x for accept_or_resample), p, q (and lenience) with an rng whose random() returns `uniforms` in order; the call must",
+            "draw exactly those uniforms and return `tokens` (and `accepted` for accept_or_resample).  `trace` shows the decisions.",
             f"No uniform lies within {MARGIN:g} of a decision boundary, so float rounding cannot change a result.",
         ],
         "uniform_order": uniform_order(),

@@ -14,7 +14,7 @@ def run(method, target_ms, draft="-", K=0):
     stats = types.SimpleNamespace(ms_per_token=10.0, alpha_hat=0.5, tokens_per_target_call=2.0,
                                   target_ms_per_call=target_ms, draft_ms_per_call=0.1, n_examined=10,
                                   calls_by_drafted=[0] * K + [5])
-    return demo.Result(method, draft, K, 0.0, None, [1, 2, 3], stats, verify="token" if K else "-")
+    return demo.Run(method, draft, K, 0.0, None, [1, 2, 3], stats, verify="token" if K else "-")
 
 
 @pytest.mark.parametrize("sps_call_ms, flagged", [(9.0, True), (12.0, False)])
@@ -34,7 +34,7 @@ def test_predict_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_
 def pilot(alpha, draft_ms, examined=20):
     stats = types.SimpleNamespace(alpha_hat=alpha, n_examined=examined, draft_ms_per_call=draft_ms,
                                   target_ms_per_call=10.0)
-    return demo.Result("SpS", "neural+lookup", demo.PILOT_K, 0.8, 0.95, [1], stats)
+    return demo.Run("SpS", "neural+lookup", demo.PILOT_K, 0.8, 0.95, [1], stats)
 
 
 ZEN4_LIKE = [1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5]      # scoring K + 1 tokens, in decode steps

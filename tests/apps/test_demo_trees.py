@@ -67,12 +67,12 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
 
 def pilot(profile, draft_ms, children="without_replacement"):
     stats = types.SimpleNamespace(draft_ms_per_call=draft_ms, target_ms_per_call=10.0)
-    return demo.Result("SpS", "neural", 4, 0.8, 0.95, [1], stats, tree=demo.TREE_PILOT, children=children,
+    return demo.Run("SpS", "neural", 4, 0.8, 0.95, [1], stats, tree=demo.TREE_PILOT, children=children,
                        profile=profile)
 
 
 def base():
-    return demo.Result("ArS", "-", 0, 0.8, 0.95, [1], types.SimpleNamespace(target_ms_per_call=10.0, ms_per_token=10.0))
+    return demo.Run("ArS", "-", 0, 0.8, 0.95, [1], types.SimpleNamespace(target_ms_per_call=10.0, ms_per_token=10.0))
 
 
 ZEN3 = [1.7, 1.8, 1.9, 2.0, 2.2, 2.3, 2.4, 2.5]                 # scoring N + 1 tokens, in decode steps
@@ -94,7 +94,7 @@ def test_where_no_tree_pays_the_choice_the_table_and_the_verdicts_say_so():
     assert choice.why().endswith("(the chain: K = 1 predicts 0.70x)")
     stats = types.SimpleNamespace(ms_per_token=10.0, alpha_hat=0.3, tokens_per_target_call=1.3, target_ms_per_call=17.0,
                                   draft_ms_per_call=1.0, n_examined=10, calls_by_drafted=[0, 5])
-    chain = demo.Result("SpS", "neural", 1, 0.8, 0.95, [1, 2], stats, verify="token", why_tree=choice.why(),
+    chain = demo.Run("SpS", "neural", 1, 0.8, 0.95, [1, 2], stats, verify="token", why_tree=choice.why(),
                         speedup=0.8, predicted=0.8)
     text = demo.table([chain])
     assert "Trees per draft" in text and "no tree pays" in text
@@ -104,7 +104,7 @@ def test_where_no_tree_pays_the_choice_the_table_and_the_verdicts_say_so():
 def test_a_tree_row_is_predicted_by_theorem_3_8_for_trees_and_shown_as_a_tree():
     stats = types.SimpleNamespace(ms_per_token=8.0, alpha_hat=0.4, tokens_per_target_call=1.6, target_ms_per_call=20.0,
                                   draft_ms_per_call=0.5, n_examined=10, calls_by_drafted=[0, 0, 0, 0, 5])
-    r = demo.Result("SpS", "neural", 4, 0.8, 0.95, [1, 2], stats, verify="rrs", tree="3+1",
+    r = demo.Run("SpS", "neural", 4, 0.8, 0.95, [1, 2], stats, verify="rrs", tree="3+1",
                     children="without_replacement", profile=[0.35, 0.12, 0.07])
     demo.fill_prediction(r, base())
     assert r.predicted == pytest.approx(speedup.tree_walltime_improvement(Tree.parse("3+1").parents, [0.35, 0.12, 0.07],

@@ -322,7 +322,7 @@ def test_the_gallery_covers_the_named_mistakes():
     where = " ".join(m.where for m in exercises.MISTAKES)
     for cited in ("jaymody/speculative-sampling #3", "transformers #47932", "vLLM #9834", "EAGLE #20", "#36"):
         assert cited in where
-    assert {m.name for m in exercises.MISTAKES if m.around} == {"argmax_draft", "draft_filter_not_passed",
+    assert {m.name for m in exercises.MISTAKES if m.around} == {"greedy_draft_softmax_ratio", "draft_filter_not_passed",
                                                                 "target_not_warped"}
     assert all(m.verifier is mrs.verify for m in exercises.MISTAKES if m.around)
 

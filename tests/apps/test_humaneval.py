@@ -27,7 +27,7 @@ from specref.drafts import NGramDraft
 from specref.runstats import RunStats
 from specref.smollm2.tokenizer import Tokenizer
 
-QUICK = sandbox.Limits(seconds=5.0)
+QUICK = sandbox.ResourceLimits(seconds=5.0)
 
 
 @pytest.fixture(scope="module")
@@ -371,7 +371,7 @@ def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path,
     monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
     choose = demo.choose_tree
     monkeypatch.setattr(demo, "choose_tree", lambda pilot, base, costs, chain: choose(
-        demo.Result(**{**pilot.__dict__, "stats": types.SimpleNamespace(
+        demo.Run(**{**pilot.__dict__, "stats": types.SimpleNamespace(
             draft_ms_per_call=0.0 if tree_pays else 1e6)}), base, costs, chain))
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]

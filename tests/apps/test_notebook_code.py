@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from specref import mrs, mrs_tree, trees
-from specref.proof import stats, vectors
+from specref.proof import laws, stats, vectors
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = json.loads(vectors.PATH.read_text())
@@ -77,12 +77,12 @@ def test_inline_speculative_sampling_has_the_target_law():
     """The whole inline loop on the Markov pair, against the exact law (chi-square at level 1e-3, seed 7);
     the draft's law, the negative control, is rejected by the same test."""
     cell = run_cell(ALGORITHM_2)
-    target, draft = stats.markov_pair()
+    target, draft = laws.markov_pair()
     prompt, N, K = np.array([0]), 3, 2
     counts = stats.sample_sequences(lambda r: cell.speculative_sampling(prompt, draft, target, N, K, r), 3000,
                                     len(prompt), np.random.default_rng(7))
-    assert stats.chi_square_gof(counts, stats.sequence_law(target, prompt, N))[2] > 1e-3
-    assert stats.chi_square_gof(counts, stats.sequence_law(draft, prompt, N))[2] < 1e-3
+    assert stats.chi_square_gof(counts, laws.sequence_law(target, prompt, N))[2] > 1e-3
+    assert stats.chi_square_gof(counts, laws.sequence_law(draft, prompt, N))[2] < 1e-3
 
 
 # ---------------------------------------------------------------- notebook 02: the step and the residual
@@ -108,7 +108,7 @@ def test_notebook_residual_and_step_equal_the_library():
         assert np.allclose(cell.residual(p, q), mrs.residual(p, q), rtol=0, atol=1e-15)
         x = mrs.sample(p, rng)
         seed = int(rng.integers(1 << 30))
-        assert cell.step(x, p, q, np.random.default_rng(seed)) == mrs.mrs(x, p, q, np.random.default_rng(seed))
+        assert cell.step(x, p, q, np.random.default_rng(seed)) == mrs.accept_or_resample(x, p, q, np.random.default_rng(seed))
 
 
 def test_negative_control_a_residual_that_is_q_is_caught():
@@ -516,7 +516,7 @@ def test_negative_control_a_mask_of_parents_only_is_caught():
 
 
 def _coupling_differences(cell) -> float:
-    """Largest |accept_chance - P(a child accepted)|, the latter from tree.call_law in fractions (every draw of the
+    """Largest |accept_chance - P(a child accepted)|, the latter from tree.tree_call_law in fractions (every draw of the
     children, each with the rule's exact law), over random rows with zeros."""
     rng, worst = np.random.default_rng(5), 0.0
     for _ in range(60):
@@ -524,7 +524,7 @@ def _coupling_differences(cell) -> float:
         p, q = _fraction_row(rng, V, 0.2), _fraction_row(rng, V, 0.2)
         for children in tree.CHILDREN:
             for k in range(1, 4):
-                law = tree.call_law(TREE_LAWS[children].law, children, lambda prefix: p, lambda prefix: q, (k,))
+                law = tree.tree_call_law(TREE_LAWS[children].law, children, lambda prefix: p, lambda prefix: q, (k,))
                 exact = sum(v for out, v in law.items() if len(out) == 2)
                 ours = cell.accept_chance(np.array(p, dtype=float), np.array(q, dtype=float), k, children)
                 assert np.isfinite(ours), (p, q, k, children)
@@ -546,17 +546,17 @@ TREE_SHAPES = {(1, 1, 1): [-1, 0, 1], (2, 1): [-1, -1, 0, 1], (3,): [-1, -1, -1]
 
 
 def _expected_differences(cell) -> float:
-    """Largest |expected_tokens - E[tokens]| of tree.call_law, on random context models over V = 3 tokens."""
+    """Largest |expected_tokens - E[tokens]| of tree.tree_call_law, on random context models over V = 3 tokens."""
     worst = 0.0
     for seed in range(3):
         target, other = cell.dirichlet_model(10 + seed, 3, 0.5), cell.dirichlet_model(20 + seed, 3, 0.5)
         draft = cell.mixture(0.3 * seed + 0.2, target, other)
         for widths, parents in TREE_SHAPES.items():
             for children, rule in TREE_LAWS.items():
-                law = tree.call_law(rule.law, children, draft, target, widths)
+                law = tree.tree_call_law(rule.law, children, draft, target, widths)
                 ours = cell.expected_tokens(parents, children, draft, target)
                 assert np.isfinite(ours), (seed, parents, children)
-                worst = max(worst, abs(stats.expected_tokens(law) - ours))
+                worst = max(worst, abs(laws.mean_output_length(law) - ours))
     return worst
 
 

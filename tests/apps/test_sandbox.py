@@ -10,9 +10,9 @@ import time
 import pytest
 
 from specref.apps import sandbox
-from specref.apps.sandbox import Limits, run_program
+from specref.apps.sandbox import ResourceLimits, run_program
 
-FAST = Limits(seconds=5.0)
+FAST = ResourceLimits(seconds=5.0)
 namespaces_only = pytest.mark.skipif(
     sandbox.isolation() != "namespaces",
     reason="needs root and util-linux unshare/setpriv (isolation 'namespaces')",
@@ -53,7 +53,7 @@ def test_syntax_error_fails():
 
 def test_hang_times_out_and_is_killed():
     start = time.perf_counter()
-    result = run_program("import time\nwhile True:\n    time.sleep(0.01)\n", Limits(seconds=1.0))
+    result = run_program("import time\nwhile True:\n    time.sleep(0.01)\n", ResourceLimits(seconds=1.0))
     assert result.status == "timeout" and result.returncode is None
     assert time.perf_counter() - start < 5.0, "the kill after the time limit took too long"
 
@@ -67,7 +67,7 @@ def test_hang_that_ignores_sigterm_and_children_is_killed():
         "while True:\n"
         "    time.sleep(0.01)\n"
     )
-    result = run_program(program, Limits(seconds=1.0))
+    result = run_program(program, ResourceLimits(seconds=1.0))
     assert result.status == "timeout"
     if sandbox.isolation() == "namespaces":
         time.sleep(0.2)
@@ -85,15 +85,15 @@ def test_segfault_is_a_crash():
 
 
 def test_memory_hog_hits_the_limit():
-    result = run_program("x = bytearray(8 * 1024**3)\n", Limits(seconds=5.0, memory_bytes=512 << 20))
+    result = run_program("x = bytearray(8 * 1024**3)\n", ResourceLimits(seconds=5.0, memory_bytes=512 << 20))
     assert result.status == "memory"
     # the negative control: the same allocation at 1/100 of the size is fine under the same limit
-    small = run_program("x = bytearray(8 * 1024**3 // 100)\n", Limits(seconds=5.0, memory_bytes=512 << 20))
+    small = run_program("x = bytearray(8 * 1024**3 // 100)\n", ResourceLimits(seconds=5.0, memory_bytes=512 << 20))
     assert small.status == "passed", small.stderr_tail
 
 
 def test_big_file_hits_the_file_size_limit():
-    result = run_program("open('big', 'wb').write(b'x' * (4 << 20))\n", Limits(seconds=5.0, file_bytes=1 << 20))
+    result = run_program("open('big', 'wb').write(b'x' * (4 << 20))\n", ResourceLimits(seconds=5.0, file_bytes=1 << 20))
     assert result.status in ("failed", "crashed")  # SIGXFSZ kills the writer
     assert not result.passed
 
@@ -120,7 +120,7 @@ def test_temp_dir_is_removed():
 def test_temp_dir_is_removed_after_a_timeout_too():
     result = run_program(
         "import os, time\nprint(os.getcwd(), flush=True)\nopen('x', 'w').write('y')\ntime.sleep(60)\n",
-        Limits(seconds=1.0),
+        ResourceLimits(seconds=1.0),
     )
     assert result.status == "timeout"
     assert not os.path.exists(os.path.dirname(result.stdout_tail.strip()))
@@ -193,7 +193,7 @@ def test_fork_bomb_is_contained():
         "    except OSError:\n"
         "        time.sleep(0.001)\n"
     )
-    limits = Limits(seconds=2.0, processes=32)
+    limits = ResourceLimits(seconds=2.0, processes=32)
     result = run_program(bomb, limits)
     assert result.status == "timeout"
     time.sleep(0.2)
@@ -226,7 +226,7 @@ def test_bad_input_is_rejected():
     with pytest.raises(ValueError, match="program text"):
         run_program(b"print(1)")
     with pytest.raises(ValueError, match="seconds"):
-        Limits(seconds=0)
+        ResourceLimits(seconds=0)
 
 
 def test_classify():

@@ -3,11 +3,11 @@
 import numpy as np
 
 from specref.apps.timing import timed_generation
-from specref.proof import stats
+from specref.proof import laws
 from specref.warps import Warp
 
-PROMPT = stats.SEQ_PROMPT
-TARGET, DRAFT = stats.markov_pair()
+PROMPT = laws.SEQ_PROMPT
+TARGET, DRAFT = laws.markov_pair()
 
 
 def test_timed_generation_counts_and_stops():

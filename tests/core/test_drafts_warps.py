@@ -197,11 +197,11 @@ def test_copy_or_model_copies_long_matches_and_asks_the_model_otherwise():
 def test_copy_or_model_keeps_the_target_law():
     """Whole sequences with the combined draft have the target's law (chi-square at stats.LEVEL, fixed seed)."""
     from specref import sampling
-    from specref.proof import stats
-    target, draft = stats.markov_pair()
+    from specref.proof import laws, stats
+    target, draft = laws.markov_pair()
     draft = drafts.CopyOrModel(draft, 3, n=2)
     prompt = np.array([0, 1, 0])
-    law = stats.sequence_law(target, prompt, 4)
+    law = laws.sequence_law(target, prompt, 4)
     counts = stats.sample_sequences(lambda r: sampling.speculative_sampling(prompt, draft, target, 4, 2, r),
                                     4000, len(prompt), np.random.default_rng(8))
     assert stats.chi_square_gof(counts, law)[2] > stats.LEVEL

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken
 from specref import mrs
 
@@ -55,19 +55,19 @@ def test_theorem1_with_exact_fractions():
 
 def test_accept_decision_is_exact_and_strict():
     # token 1: q/p = 0.45/0.3 = 1.5 -> always accepted; token 0: q/p = 0.75
-    assert mrs.mrs(1, P_D, P_T, FixedUniforms(0.999999)) == (1, True)
-    assert mrs.mrs(0, P_D, P_T, FixedUniforms(0.7499, 0.0)) == (0, True)
+    assert mrs.accept_or_resample(1, P_D, P_T, FixedUniforms(0.999999)) == (1, True)
+    assert mrs.accept_or_resample(0, P_D, P_T, FixedUniforms(0.7499, 0.0)) == (0, True)
     # u equal to the ratio is a rejection (strict <); the residual draw u = 0.0 gives token 1
-    assert mrs.mrs(0, np.array([0.5, 0.5]), np.array([0.25, 0.75]), FixedUniforms(0.5, 0.0)) == (1, False)
+    assert mrs.accept_or_resample(0, np.array([0.5, 0.5]), np.array([0.25, 0.75]), FixedUniforms(0.5, 0.0)) == (1, False)
     # a draft token the target gives probability 0 is never accepted, even with u = 0
-    assert mrs.mrs(0, np.array([0.5, 0.5]), np.array([0.0, 1.0]), FixedUniforms(0.0, 0.3)) == (1, False)
+    assert mrs.accept_or_resample(0, np.array([0.5, 0.5]), np.array([0.0, 1.0]), FixedUniforms(0.0, 0.3)) == (1, False)
 
 
 def test_p_equal_q_gives_no_nan_and_always_accepts():
     p = np.array([0.2, 0.5, 0.3])
     np.testing.assert_array_equal(mrs.residual(p, p), p)
     rng = np.random.default_rng(0)
-    assert all(mrs.mrs(x, p, p, rng) == (x, True) for x in [0, 1, 2] * 50)
+    assert all(mrs.accept_or_resample(x, p, p, rng) == (x, True) for x in [0, 1, 2] * 50)
 
 
 def test_verify_greedy_matches_verify_on_one_hot_distributions():
@@ -125,7 +125,7 @@ def test_mrs_output_has_target_support(pq, seed):
     p, q = pq
     rng = np.random.default_rng(seed)
     x = int(rng.choice(len(p), p=p))
-    y, accepted = mrs.mrs(x, p, q, rng)
+    y, accepted = mrs.accept_or_resample(x, p, q, rng)
     assert q[y] > 0
     assert y == x if accepted else True  # an accepted draft is returned unchanged
 
@@ -164,7 +164,7 @@ N_SAMPLES = 20_000
 def test_verify_output_law_chi_square(case):
     p, q = CASES[case]
     counts = stats.sample_verify(mrs.verify, p, q, N_SAMPLES, np.random.default_rng(11))
-    stat, dof, pvalue = stats.chi_square_gof(counts, stats.verify_law(p, q))
+    stat, dof, pvalue = stats.chi_square_gof(counts, laws.verify_law(p, q))
     print(f"{case}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
     assert pvalue > stats.LEVEL
 
@@ -177,7 +177,7 @@ def test_mrs_single_token_law_is_target(case):
     counts = Counter()
     for _ in range(N_SAMPLES):
         x = int(rng.choice(len(p), p=p))
-        counts[(mrs.mrs(x, p, q, rng)[0],)] += 1
+        counts[(mrs.accept_or_resample(x, p, q, rng)[0],)] += 1
     stat, dof, pvalue = stats.chi_square_gof(counts, {(y,): float(v) for y, v in enumerate(q)})
     print(f"{case}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
     assert pvalue > stats.LEVEL
@@ -187,7 +187,7 @@ def test_number_of_accepted_tokens_has_its_closed_form():
     rng = np.random.default_rng(13)
     K, V = 4, 5
     p, q = _rows(rng, K, V, 1.0)
-    law = stats.accepted_count_law(p, q)
+    law = laws.accepted_count_law(p, q)
     assert law.sum() == pytest.approx(1.0)
     counts = Counter()
     for out, c in stats.sample_verify(mrs.verify, p, q, N_SAMPLES, rng).items():
@@ -197,7 +197,7 @@ def test_number_of_accepted_tokens_has_its_closed_form():
     assert pvalue > stats.LEVEL
     # with equal rows it is Leviathan's capped geometric: alpha^a (1 - alpha), alpha^K
     alpha = mrs.acceptance_rate(p[0], q[0])
-    capped = stats.accepted_count_law(np.repeat(p[:1], K, 0), np.repeat(q[:1], K + 1, 0))
+    capped = laws.accepted_count_law(np.repeat(p[:1], K, 0), np.repeat(q[:1], K + 1, 0))
     np.testing.assert_allclose(capped, [alpha**a * (1 - alpha) for a in range(K)] + [alpha**K])
 
 
@@ -207,7 +207,7 @@ def test_number_of_accepted_tokens_has_its_closed_form():
 def test_verify_chi_square_rejects_broken_samplers(name):
     p, q = CASES["random"]
     counts = stats.sample_verify(broken.BROKEN[name], p, q, N_SAMPLES, np.random.default_rng(11))
-    stat, dof, pvalue = stats.chi_square_gof(counts, stats.verify_law(p, q))
+    stat, dof, pvalue = stats.chi_square_gof(counts, laws.verify_law(p, q))
     print(f"{name}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
     assert pvalue < stats.LEVEL
 
@@ -215,7 +215,7 @@ def test_verify_chi_square_rejects_broken_samplers(name):
 def test_accepted_count_test_rejects_broken_samplers():
     rng = np.random.default_rng(13)
     p, q = _rows(rng, 4, 5, 1.0)
-    law = {(a,): float(w) for a, w in enumerate(stats.accepted_count_law(p, q))}
+    law = {(a,): float(w) for a, w in enumerate(laws.accepted_count_law(p, q))}
     for name in ["always_accept", "ratio_inverted", "no_bonus", "one_uniform_reused"]:
         counts = Counter()
         for out, c in stats.sample_verify(broken.BROKEN[name], p, q, N_SAMPLES, np.random.default_rng(1)).items():
@@ -258,7 +258,7 @@ def test_lenience_guarantee_and_acceptance(lenience):
 ])
 def test_bad_distributions_are_named(p, q, message):
     with pytest.raises(ValueError, match=message):
-        mrs.mrs(0, p, q, np.random.default_rng(0))
+        mrs.accept_or_resample(0, p, q, np.random.default_rng(0))
     with pytest.raises(ValueError, match=message):
         mrs.acceptance_rate(p, q)
 
@@ -278,7 +278,7 @@ def test_bad_verify_inputs_are_named():
     with pytest.raises(ValueError, match="outside"):
         mrs.verify(np.array([3]), p, q, rng)
     with pytest.raises(ValueError, match="token id"):
-        mrs.mrs(5, p[0], q[0], rng)
+        mrs.accept_or_resample(5, p[0], q[0], rng)
     with pytest.raises(ValueError, match="lenience"):
         mrs.verify_lenient(np.array([0]), p, q, rng, 0.0)
     with pytest.raises(ValueError, match=r"\[K \+ 1, V\]"):
@@ -290,7 +290,7 @@ def test_one_pair_functions_reject_stacked_rows():
     # (output_law gave 0.25s instead of q; lenient_acceptance_rate gave 2.0 for two identical rows)
     p2, q2 = np.stack([P_D, P_D]), np.stack([P_T, P_T])
     for call in [lambda: mrs.output_law(p2, q2), lambda: mrs.lenient_acceptance_rate(p2, p2, 1.0),
-                 lambda: mrs.residual(p2, q2), lambda: mrs.mrs(0, p2, q2, np.random.default_rng(0)),
+                 lambda: mrs.residual(p2, q2), lambda: mrs.accept_or_resample(0, p2, q2, np.random.default_rng(0)),
                  lambda: mrs.output_law(P_D, q2)]:
         with pytest.raises(ValueError, match=r"single pair of distributions p \[V\], q \[V\]"):
             call()
@@ -304,7 +304,7 @@ def test_a_drafted_token_with_zero_draft_probability_is_named_with_its_position(
     with pytest.raises(ValueError, match="draft token 2 at position 1 has p\\(x\\) = 0"):
         mrs.verify(np.array([0, 2]), p, q, FixedUniforms(0.9, 0.5))  # even though position 0 rejects
     with pytest.raises(ValueError, match="p\\(x\\) = 0"):
-        mrs.mrs(2, p[0], q[0], FixedUniforms(0.0))
+        mrs.accept_or_resample(2, p[0], q[0], FixedUniforms(0.0))
 
 
 def test_sample_rejects_what_it_cannot_draw_from():
@@ -354,7 +354,7 @@ def test_verify_is_exact_mrs_with_no_lenience_in_it():
     assert "lenience" not in str(inspect.signature(mrs.verify))
 
 
-@pytest.mark.parametrize("name", ["acceptance_rate", "residual", "mrs", "verify", "verify_lenient", "verify_greedy",
+@pytest.mark.parametrize("name", ["acceptance_rate", "residual", "accept_or_resample", "verify", "verify_lenient", "verify_greedy",
                                   "output_law", "lenient_acceptance_rate", "sample", "check_distribution"])
 def test_public_functions_state_what_they_do_and_require(name):
     doc = inspect.getdoc(getattr(mrs, name))

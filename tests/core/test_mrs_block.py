@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specref import mrs, sampling
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken, lossy
 from specref.proof.vectors import ListedUniforms
 
@@ -29,13 +29,13 @@ def _max_error(law: dict, other: dict) -> float:
 
 
 def _continued_error(law_given_drafts, draft_row, target_row, K, V) -> float:
-    law = stats.call_law(law_given_drafts, draft_row, target_row, K, V)
-    return _max_error(stats.continued_law(law, target_row, K + 1), stats.target_joint_law(target_row, V, K + 1))
+    law = laws.chain_call_law(law_given_drafts, draft_row, target_row, K, V)
+    return _max_error(laws.continued_law(law, target_row, K + 1), laws.target_joint_law(target_row, V, K + 1))
 
 
 def _context_dependent(V, seed, concentration=1.0):
     rng = np.random.default_rng(seed)
-    return stats.random_conditionals(V, rng, concentration), stats.random_conditionals(V, rng, concentration)
+    return laws.random_conditionals(V, rng, concentration), laws.random_conditionals(V, rng, concentration)
 
 
 # ---------------------------------------------------------------- exact tier
@@ -43,33 +43,33 @@ def _context_dependent(V, seed, concentration=1.0):
 @pytest.mark.parametrize("V, K, seed", [(2, 1, 0), (2, 4, 1), (3, 2, 2), (3, 3, 3), (4, 2, 4), (4, 3, 5), (5, 2, 6)])
 def test_block_law_continued_is_the_target_joint_law(V, K, seed):
     draft_row, target_row = _context_dependent(V, seed, concentration=0.5)
-    error = _continued_error(stats.block_call_law, draft_row, target_row, K, V)
-    law = stats.call_law(stats.block_call_law, draft_row, target_row, K, V)
-    token = stats.call_law(stats.token_call_law, draft_row, target_row, K, V)
-    print(f"V={V} K={K}: max error {error:.2g}; tokens per call {stats.expected_tokens(law):.4f} "
-          f"(token-level {stats.expected_tokens(token):.4f})")
+    error = _continued_error(laws.block_call_law, draft_row, target_row, K, V)
+    law = laws.chain_call_law(laws.block_call_law, draft_row, target_row, K, V)
+    token = laws.chain_call_law(laws.token_call_law, draft_row, target_row, K, V)
+    print(f"V={V} K={K}: max error {error:.2g}; tokens per call {laws.mean_output_length(law):.4f} "
+          f"(token-level {laws.mean_output_length(token):.4f})")
     assert error < 1e-14
-    assert stats.expected_tokens(law) >= stats.expected_tokens(token) - 1e-12
+    assert laws.mean_output_length(law) >= laws.mean_output_length(token) - 1e-12
 
 
 @pytest.mark.parametrize("K, block, token", [(2, Fraction(11, 9), Fraction(10, 9)), (3, Fraction(15, 9), Fraction(38, 27))])
 def test_toy_example_of_the_paper_exactly(K, block, token):
     # binary vocabulary, context-independent: target (1/3, 2/3), draft (2/3, 1/3)
-    p, q = stats.fixed_rows([[Fraction(2, 3), Fraction(1, 3)]] * K), stats.fixed_rows([[Fraction(1, 3), Fraction(2, 3)]] * (K + 1))
-    block_law = stats.call_law(stats.block_call_law, p, q, K, 2)
-    token_law = stats.call_law(stats.token_call_law, p, q, K, 2)
-    assert stats.expected_tokens(block_law) - 1 == block  # accepted drafts per call
-    assert stats.expected_tokens(token_law) - 1 == token
-    joint = stats.target_joint_law(q, 2, K + 1)
-    assert stats.continued_law(block_law, q, K + 1) == joint  # exactly, in rational arithmetic
-    assert stats.continued_law(token_law, q, K + 1) == joint
+    p, q = laws.fixed_rows([[Fraction(2, 3), Fraction(1, 3)]] * K), laws.fixed_rows([[Fraction(1, 3), Fraction(2, 3)]] * (K + 1))
+    block_law = laws.chain_call_law(laws.block_call_law, p, q, K, 2)
+    token_law = laws.chain_call_law(laws.token_call_law, p, q, K, 2)
+    assert laws.mean_output_length(block_law) - 1 == block  # accepted drafts per call
+    assert laws.mean_output_length(token_law) - 1 == token
+    joint = laws.target_joint_law(q, 2, K + 1)
+    assert laws.continued_law(block_law, q, K + 1) == joint  # exactly, in rational arithmetic
+    assert laws.continued_law(token_law, q, K + 1) == joint
 
 
 @pytest.mark.parametrize("name", list(broken.BROKEN_BLOCK))
 def test_exact_tier_rejects_every_misreading(name):
     # V = 3, K = 3, context-dependent p and q: each misreading's continued law is off
     draft_row, target_row = _context_dependent(3, 3, concentration=0.5)
-    correct = _continued_error(stats.block_call_law, draft_row, target_row, 3, 3)
+    correct = _continued_error(laws.block_call_law, draft_row, target_row, 3, 3)
     error = _continued_error(broken.BROKEN_BLOCK[name].law, draft_row, target_row, 3, 3)
     print(f"{name}: max error of the continued law {error:.2g} (correct: {correct:.2g})")
     assert correct < 1e-14 and error > 1e-6  # ten orders of magnitude above rounding
@@ -94,8 +94,8 @@ def _decisions(verifier, seeds=range(30), V=4, K=3):
         rng = np.random.default_rng(seed)
         p, q = rng.dirichlet(np.full(V, 0.7), K), rng.dirichlet(np.full(V, 0.7), K + 1)
         x_draft = np.array([rng.choice(V, p=p[t]) for t in range(K)])
-        w, h, r = stats.block_weights(x_draft.tolist(), p.tolist(), q.tolist())
-        for tau, chance in enumerate(stats.stopping_law(h)):
+        w, h, r = laws.block_weights(x_draft.tolist(), p.tolist(), q.tolist())
+        for tau, chance in enumerate(laws.stopping_law(h)):
             if chance < 1e-9 or not all(h[i] < 1 - 1e-9 for i in range(tau + 1, K + 1)) or (tau and h[tau] < 1e-9):
                 continue
             last = np.array(q[K] if tau == K else r[tau])
@@ -149,8 +149,8 @@ def test_with_a_one_hot_draft_block_verification_is_token_level():
         q = rng.dirichlet(np.full(V, 0.5), K + 1)
         x_draft = rng.integers(0, V, K)
         p = np.eye(V)[x_draft]
-        token = stats.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())
-        block = stats.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())
+        token = laws.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())
+        block = laws.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())
         assert _max_error(token, block) < 1e-15
 
 
@@ -206,8 +206,8 @@ def test_verify_block_states_what_it_does_and_requires():
 @given(st.integers(2, 4), st.integers(1, 3), st.floats(0.2, 3.0), st.integers(0, 2**32 - 1))
 def test_block_never_expects_fewer_tokens_than_token_level(V, K, concentration, seed):
     draft_row, target_row = _context_dependent(V, seed, concentration)
-    block = stats.expected_tokens(stats.call_law(stats.block_call_law, draft_row, target_row, K, V))
-    token = stats.expected_tokens(stats.call_law(stats.token_call_law, draft_row, target_row, K, V))
+    block = laws.mean_output_length(laws.chain_call_law(laws.block_call_law, draft_row, target_row, K, V))
+    token = laws.mean_output_length(laws.chain_call_law(laws.token_call_law, draft_row, target_row, K, V))
     assert block >= token - 1e-12
 
 
@@ -240,7 +240,7 @@ N_SAMPLES = 20_000
 
 def block_law(p, q):
     """The exact law of one verify_block call with drafts from the fixed rows p[t]."""
-    return stats.call_law(stats.block_call_law, stats.fixed_rows(p), stats.fixed_rows(q), len(p), p.shape[1])
+    return laws.chain_call_law(laws.block_call_law, laws.fixed_rows(p), laws.fixed_rows(q), len(p), p.shape[1])
 
 
 def verify_block_pvalue(verifier, case, seed, n=N_SAMPLES):
@@ -267,10 +267,10 @@ def test_verify_block_chi_square_rejects_misreadings(name):
     assert pvalue < stats.LEVEL
 
 
-# Whole sequences: SpS with verify_block on the suite's Markov-chain target (stats.markov_pair).
-V, N, PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
-TARGET, DRAFT = stats.markov_pair()
-LAW = stats.sequence_law(TARGET, PROMPT, N)
+# Whole sequences: SpS with verify_block on the suite's Markov-chain target (laws.markov_pair).
+V, N, PROMPT = laws.SEQ_V, laws.SEQ_N, laws.SEQ_PROMPT
+TARGET, DRAFT = laws.markov_pair()
+LAW = laws.sequence_law(TARGET, PROMPT, N)
 RUNS = 6_000
 
 

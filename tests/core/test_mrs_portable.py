@@ -45,11 +45,11 @@ def test_generator_refuses_a_wrong_verify(monkeypatch):
 
 
 def test_vectors_format_and_coverage():
-    assert DOC["format"] == vectors.FORMAT and DOC["version"] == vectors.VERSION == 1
+    assert DOC["format"] == vectors.FORMAT and DOC["version"] == vectors.VERSION == 2
     assert DOC["uniform_order"] == vectors.uniform_order()  # the spec text of mrs.RANDOMNESS and mrs.SAMPLING
     names = [c["name"] for c in DOC["cases"]]
     assert len(set(names)) == len(names)
-    assert {c["function"] for c in DOC["cases"]} == {"verify", "verify_block", "verify_lenient", "verify_greedy", "mrs"}
+    assert {c["function"] for c in DOC["cases"]} == {"verify", "verify_block", "verify_lenient", "verify_greedy", "accept_or_resample"}
     for name in ["accept_all_with_bonus", "reject_at_first", "reject_in_middle", "p_equals_q", "disjoint_supports",
                  "one_hot_p", "one_hot_q", "zeros_in_both_target_zero_rejected", "large_vocabulary_two_level"]:
         assert name in names
@@ -153,8 +153,8 @@ class ListedUniforms:
 
 def run(case):
     rng = ListedUniforms(case["uniforms"])
-    if case["function"] == "mrs":
-        y, accepted = mrs.mrs(case["x"], np.array(case["p"]), np.array(case["q"]), rng)
+    if case["function"] == "accept_or_resample":
+        y, accepted = mrs.accept_or_resample(case["x"], np.array(case["p"]), np.array(case["q"]), rng)
         out = {"tokens": [int(y)], "accepted": bool(accepted)}
     elif case["function"] == "verify_greedy":
         out = {"tokens": [int(y) for y in mrs.verify_greedy(np.array(case["x_draft"]), np.array(case["q"]))]}

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from specref import mrs, mrs_tree, trees
-from specref.proof import stats, tree, tree_vectors
+from specref.proof import laws, tree, tree_vectors
 from specref.proof.vectors import ListedUniforms
 from specref.proof import tree_rule
 
@@ -351,8 +351,8 @@ def test_a_chain_is_verify_uniform_for_uniform(verify):
 
 
 def test_a_chain_through_mss_has_verify_law_exactly():
-    """tree_rule.MSS.law (the rule of verify_tree_mss, in fractions) on a chain equals stats.token_call_law (verify's law)
-    for fixed drafts, and with the drafts drawn (widths 1, 1, 1) equals stats.call_law of verify, exactly."""
+    """tree_rule.MSS.law (the rule of verify_tree_mss, in fractions) on a chain equals laws.token_call_law (verify's law)
+    for fixed drafts, and with the drafts drawn (widths 1, 1, 1) equals laws.chain_call_law of verify, exactly."""
     for seed in range(6):
         draft, target = tree.context_rows(seed, zeros=0.2)
         K = 3
@@ -361,8 +361,8 @@ def test_a_chain_through_mss_has_verify_law_exactly():
             q = [target(x[:t]) for t in range(K + 1)]
             if any(p[t][x[t]] == 0 for t in range(K)):
                 continue
-            assert tree_rule.MSS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
-            assert tree_rule.RRS.law(x, [-1, 0, 1], p, q) == stats.token_call_law(list(x), p[:K], q)
-        drawn = tree.call_law(tree_rule.MSS.law, "iid", draft, target, (1, 1, 1))
-        assert drawn == stats.call_law(stats.token_call_law, draft, target, K, 4)
+            assert tree_rule.MSS.law(x, [-1, 0, 1], p, q) == laws.token_call_law(list(x), p[:K], q)
+            assert tree_rule.RRS.law(x, [-1, 0, 1], p, q) == laws.token_call_law(list(x), p[:K], q)
+        drawn = tree.tree_call_law(tree_rule.MSS.law, "iid", draft, target, (1, 1, 1))
+        assert drawn == laws.chain_call_law(laws.token_call_law, draft, target, K, 4)
         assert isinstance(next(iter(drawn.values())), Fraction)

@@ -9,15 +9,15 @@ Negative controls: the same test must reject SpS run with the broken verifiers.
 import numpy as np
 import pytest
 
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken
 from specref import drafts, mrs, sampling
 from specref.runstats import RunStats
 from specref.warps import Warp, Warped
 
-V, N, PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
-TARGET, DRAFT = stats.markov_pair()
-LAW = stats.sequence_law(TARGET, PROMPT, N)
+V, N, PROMPT = laws.SEQ_V, laws.SEQ_N, laws.SEQ_PROMPT
+TARGET, DRAFT = laws.markov_pair()
+LAW = laws.sequence_law(TARGET, PROMPT, N)
 RUNS = 6_000
 
 
@@ -133,7 +133,7 @@ def test_dropping_the_bonus_token_is_lossless_but_shows_in_the_trace():
 def test_warps_applied_to_both_models_keep_the_warped_target_law(warp):
     target = Warped(TARGET, warp.temperature, warp.top_k, warp.top_p)
     draft = Warped(DRAFT, warp.temperature, warp.top_k, warp.top_p)
-    law = stats.sequence_law(target, PROMPT, N)
+    law = laws.sequence_law(target, PROMPT, N)
     counts = stats.sample_sequences(_sps(2, draft=draft, target=target), RUNS, len(PROMPT), np.random.default_rng(4))
     assert stats.chi_square_gof(counts, law)[2] > stats.LEVEL
     # negative control: warping only the target is still exact (the draft is just worse),

@@ -9,7 +9,7 @@ path differs), exactly.
 import numpy as np
 import pytest
 
-from specref.proof.stats import MarkovChain
+from specref.proof.laws import MarkovChain
 from specref.protocol import keep_path
 from specref.trees import check_tree, tree_distributions
 

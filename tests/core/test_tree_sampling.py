@@ -1,6 +1,6 @@
 """Trees of drafts through Chen's loop: `speculative_sampling(..., tree=Tree(...))` keeps the target's law.
 
-The target is the suite's order-2 Markov chain (`stats.markov_pair`), so the law of every sequence of
+The target is the suite's order-2 Markov chain (`laws.markov_pair`), so the law of every sequence of
 N tokens is enumerated; whole sequences generated with a tree of drafts per call are compared with it
 by chi-square at level stats.LEVEL (1e-3), fixed seeds (N = 4 new tokens, 1 500 runs), for each way of drawing children with its own
 verifier (top-k children and verify_tree_topk, i.i.d. children and verify_tree_mss, children without
@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from specref import drafts, mrs_tree, sampling, speedup, trees
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof import tree as prooftree
 from specref.runstats import RunStats
 from specref.trees import Tree
@@ -28,10 +28,10 @@ from specref.proof import tree_rule
 from tests.smollm2.test_tree_attention import tiny_model
 from tools import tree_gain
 
-V, PROMPT = stats.SEQ_V, stats.SEQ_PROMPT
+V, PROMPT = laws.SEQ_V, laws.SEQ_PROMPT
 N = 4                                         # 81 sequences: each run is two or three tree calls
-TARGET, DRAFT = stats.markov_pair()
-LAW = stats.sequence_law(TARGET, PROMPT, N)
+TARGET, DRAFT = laws.markov_pair()
+LAW = laws.sequence_law(TARGET, PROMPT, N)
 RUNS = 1_500  # a second or two per test; the verifiers' own chi-square tiers (tests/proof) use more
 
 
@@ -205,7 +205,7 @@ def test_on_the_tiny_model_greedy_tree_sampling_is_greedy_ars_and_the_cache_hold
     prompt = np.array([3, 1, 4, 1, 5])
     want = sampling.autoregressive_sampling(prompt, Warped(model, 0.0), 30, np.random.default_rng(0))
     model.reset()
-    draft = stats.MarkovChain.random(50, 1, np.random.default_rng(1), 0.3)
+    draft = laws.MarkovChain.random(50, 1, np.random.default_rng(1), 0.3)
     seen = list(prompt)
 
     def check(step):
@@ -257,10 +257,10 @@ def test_the_profile_model_is_exact_for_top_k_children_when_rows_do_not_depend_o
     p_row = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1, 10)]
     q_row = [Fraction(3, 10), Fraction(45, 100), Fraction(1, 10), Fraction(15, 100)]   # the Qualcomm toy rows
     tree = Tree.parse(shape)
-    tokens, parents = trees.draft_tree(stats.MarkovChain(np.array([float(v) for v in p_row])), np.array([0]),
+    tokens, parents = trees.draft_tree(laws.MarkovChain(np.array([float(v) for v in p_row])), np.array([0]),
                                           tree, None)[:2]
     law = tree_rule.TOPK.law(tokens, parents, [p_row] * (len(tokens) + 1), [q_row] * (len(tokens) + 1))
-    exact = stats.expected_tokens(law)
+    exact = laws.mean_output_length(law)
     accept = [q_row[0], q_row[1], q_row[2]]                 # the draft ranks 0, 1, 2, 3
     assert float(exact) == pytest.approx(speedup.tree_expected_tokens(tree.parents, [float(a) for a in accept]))
 
@@ -272,6 +272,6 @@ def test_the_exact_expectations_of_tools_tree_gain_are_those_of_the_proofs_laws(
     A = prooftree.ALGORITHMS[algorithm]
     draft_row, target_row = prooftree.context_rows(5, V=4, close=True)
     for name, widths in [("2x2", (2, 2)), ("3", (3,)), ("1x1x1", (1, 1, 1))]:
-        want = stats.expected_tokens(A.call_law(draft_row, target_row, widths))
+        want = laws.mean_output_length(A.call_law(draft_row, target_row, widths))
         got = tree_gain.expected_tokens(Tree.parse(name, A.children), draft_row, target_row)
         assert got == pytest.approx(float(want), abs=1e-12)

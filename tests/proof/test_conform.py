@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from specref import mrs, verifiers
-from specref.proof import conform, power, stats, vectors
+from specref.proof import conform, laws, power, stats, vectors
 from specref.proof.bugs import broken
 
 
@@ -142,13 +142,13 @@ def test_a_check_pooled_to_one_bin_is_not_tested_and_the_run_is_not_a_pass(small
 
 def test_every_check_tests_something_at_its_default_size():
     # at its default size a check counts as a test when its bins leave a degree of freedom (power.counts_as_test)
-    target, _ = stats.markov_pair()
-    sequences = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N)
+    target, _ = laws.markov_pair()
+    sequences = laws.sequence_law(target, laws.SEQ_PROMPT, laws.SEQ_N)
     assert len(stats.pooled_bins(sequences, conform.N_SEQUENCES)) >= 2
     for algorithm in verifiers.CHAINS:
         counted = conform.accepted_count_case()
         for case in conform.cases(algorithm) + [counted]:
-            law = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+            law = laws.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
             law = conform._count_marginal(law) if case is counted else law
             assert len(stats.pooled_bins(law, case.n)) >= 2, (algorithm, case.name)
     bugs = tuple(conform.SIGNATURES["token"])
@@ -206,7 +206,7 @@ def test_signature_laws_are_the_laws_of_their_samplers():
         case = conform.cases(algorithm)[0]
         for bug in conform.SIGNATURES[algorithm]:
             counts = stats.sample_verify(bug, case.p, case.q, 4000, np.random.default_rng(2))
-            pvalue = stats.chi_square_gof(counts, stats.rows_call_law(bug.law, case.p, case.q))[2]
+            pvalue = stats.chi_square_gof(counts, laws.rows_call_law(bug.law, case.p, case.q))[2]
             assert pvalue > 1e-4, (algorithm, bug.name, pvalue)
 
 

@@ -12,7 +12,7 @@ import pytest
 from scipy import stats as sps
 
 from specref import mrs, sampling
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken
 
 
@@ -44,7 +44,7 @@ def test_verify_law_enumerated_exactly(seed):
     q = rng.dirichlet(np.ones(V), size=K + 1)
     p[0] = [0.0, 0.5, 0.5]  # zeros in p
     q[1] = [0.0, 1.0, 0.0]  # one-hot q
-    law = stats.verify_law(p, q)
+    law = laws.verify_law(p, q)
     brute = _verify_law_bruteforce(p, q)
     assert law.keys() == brute.keys()
     for k in law:
@@ -62,9 +62,9 @@ def test_verify_law_enumerated_exactly(seed):
 
 def test_sequence_law_is_the_product_of_the_chain_rows():
     rng = np.random.default_rng(3)
-    chain = stats.MarkovChain.random(3, order=2, rng=rng)
+    chain = laws.MarkovChain.random(3, order=2, rng=rng)
     x, N = np.array([2, 0]), 4
-    law = stats.sequence_law(chain, x, N)
+    law = laws.sequence_law(chain, x, N)
     assert len(law) == 3**N and sum(law.values()) == pytest.approx(1.0)
     for seq, w in law.items():
         tokens, expected = list(x), 1.0
@@ -80,9 +80,9 @@ def test_accepted_count_law_is_the_marginal_of_verify_law():
     p = rng.dirichlet(np.ones(V), size=K)
     q = rng.dirichlet(np.ones(V), size=K + 1)
     marginal = np.zeros(K + 1)
-    for out, w in stats.verify_law(p, q).items():
+    for out, w in laws.verify_law(p, q).items():
         marginal[len(out) - 1] += w
-    np.testing.assert_allclose(stats.accepted_count_law(p, q), marginal, atol=1e-12)
+    np.testing.assert_allclose(laws.accepted_count_law(p, q), marginal, atol=1e-12)
 
 
 def test_chi_square_matches_scipy_when_no_cell_is_pooled():
@@ -151,20 +151,20 @@ def test_chi_square_false_alarm_rate_and_power_at_the_stated_level():
 # ---------------------------------------------------------------- whole sequences of the speculative loop, exactly
 
 def test_the_speculative_loops_sequence_law_from_a_call_law():
-    # stats.speculative_sequence_law runs the loop's calls in exact arithmetic (the conformance checker's sequence
+    # laws.speculative_sequence_law runs the loop's calls in exact arithmetic (the conformance checker's sequence
     # checks compute what they can see from it): a correct call law gives the target's law of whole sequences, a
     # call that returns the first draft alone gives the draft's, and a bug's sequences fit the law it gives them.
-    target, draft = stats.markov_pair()
-    x, N = stats.SEQ_PROMPT, stats.SEQ_N
+    target, draft = laws.markov_pair()
+    x, N = laws.SEQ_PROMPT, laws.SEQ_N
     for K in (1, 2, 3):
-        law = stats.speculative_sequence_law(stats.token_call_law, target, draft, x, N, K)
-        assert stats.total_variation(law, stats.sequence_law(target, x, N)) < 1e-12, K
-        first = stats.speculative_sequence_law(lambda xs, p, q: {(int(xs[0]),): 1.0}, target, draft, x, N, K)
-        assert stats.total_variation(first, stats.sequence_law(draft, x, N)) < 1e-12, K
+        law = laws.speculative_sequence_law(laws.token_call_law, target, draft, x, N, K)
+        assert stats.total_variation(law, laws.sequence_law(target, x, N)) < 1e-12, K
+        first = laws.speculative_sequence_law(lambda xs, p, q: {(int(xs[0]),): 1.0}, target, draft, x, N, K)
+        assert stats.total_variation(first, laws.sequence_law(draft, x, N)) < 1e-12, K
     bug = broken.BROKEN["resample_from_q"]
-    law = stats.speculative_sequence_law(bug.law, target, draft, x, N, 3)
-    assert abs(sum(law.values()) - 1) < 1e-12 and stats.total_variation(law, stats.sequence_law(target, x, N)) > 0.05
+    law = laws.speculative_sequence_law(bug.law, target, draft, x, N, 3)
+    assert abs(sum(law.values()) - 1) < 1e-12 and stats.total_variation(law, laws.sequence_law(target, x, N)) > 0.05
     counts = stats.sample_sequences(lambda r: sampling.speculative_sampling(x, draft, target, N, 3, r, verify=bug),
                                     600, len(x), np.random.default_rng(8))
     assert stats.chi_square_gof(counts, law)[2] > 1e-3
-    assert stats.chi_square_gof(counts, stats.sequence_law(target, x, N))[2] < 1e-6  # negative control
+    assert stats.chi_square_gof(counts, laws.sequence_law(target, x, N))[2] < 1e-6  # negative control

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats as sps
 
 from specref import mrs, verifiers
-from specref.proof import conform, power, stats
+from specref.proof import conform, laws, power, stats
 from specref.proof.bugs import shipped
 
 GALLERY = {s.name: s for s in shipped.GALLERY}
@@ -44,13 +44,13 @@ def test_each_single_call_form_and_its_control_follow_their_exact_laws(name):
     s = GALLERY[name]
     case = conform.cases(s.algorithm)[0]
     for bug in (s.bug, s.control):
-        law = stats.rows_call_law(bug.law, case.p, case.q)
+        law = laws.rows_call_law(bug.law, case.p, case.q)
         assert sum(law.values()) == pytest.approx(1.0, abs=1e-12)
         counts = stats.sample_verify(bug, case.p, case.q, 4000, np.random.default_rng(2))
         assert stats.chi_square_gof(counts, law)[2] > 1e-4, bug.name
     # the control is the correct verifier's law (within the 2^-24 of a float32 coin)
-    correct = stats.rows_call_law(conform.CORRECT[s.algorithm], case.p, case.q)
-    assert power.total_variation(stats.rows_call_law(s.control.law, case.p, case.q), correct) < 1e-7
+    correct = laws.rows_call_law(conform.CORRECT[s.algorithm], case.p, case.q)
+    assert power.total_variation(laws.rows_call_law(s.control.law, case.p, case.q), correct) < 1e-7
 
 
 @pytest.mark.default_cases("token_level")
@@ -113,9 +113,9 @@ def test_a_run_that_fails_nothing_states_which_shipped_bugs_its_sample_sizes_wou
 
 def test_power_is_the_level_when_the_bug_is_the_correct_law_and_grows_with_n():
     case = conform.cases("token")[0]
-    correct = stats.rows_call_law(stats.token_call_law, case.p, case.q)
+    correct = laws.rows_call_law(laws.token_call_law, case.p, case.q)
     assert power.check_power(correct, correct, 20_000, 1e-3) == pytest.approx(1e-3, rel=1e-9)
-    bug = stats.rows_call_law(shipped.MixedPrecisionDraft().law, case.p, case.q)
+    bug = laws.rows_call_law(shipped.MixedPrecisionDraft().law, case.p, case.q)
     powers = [power.check_power(bug, correct, n, 1e-3) for n in (10**5, 10**6, 10**7, 10**8)]
     assert powers == sorted(powers) and powers[0] < 0.05 and powers[-1] > 0.99  # bf16 on the random case: ~4e7
     n95 = power.smallest_n(lambda n: power.check_power(bug, correct, n, 1e-3))
@@ -134,7 +134,7 @@ def test_noncentral_chi_square_power_matches_the_checkers_rejection_rate(name):
     # one half and 0.005 at 0.95, so the slack is the approximation's: non-central chi-square holds for small
     # effects at large n, and these runs (400 to 1300 calls) measured 0.44 to 0.53 and 0.93 to 1.0.
     s = GALLERY[name]
-    _, _, correct, law = power.laws(s.bug, s.algorithm)[0]
+    _, _, correct, law = power.bug_laws(s.bug, s.algorithm)[0]
     level = conform.FAMILY_LEVEL / 11
     keys = list(law)
     rng = np.random.default_rng(5)

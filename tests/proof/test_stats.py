@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from specref import mrs
-from specref.proof import conform, stats
+from specref.proof import conform, laws, stats
 from specref.proof.bugs import broken, lossy
 
 
@@ -20,10 +20,10 @@ def test_lenient_call_law(seed):
     p, q = _rows(seed, 1, 4, 0.5)
     exact_p, exact_q = [[Fraction(v) for v in row] for row in p], [[Fraction(v) for v in row] for row in q]
     for x in range(4):  # l = 1 is token-level verification, exactly
-        assert stats.lenient_call_law([x], exact_p, exact_q, 1) == stats.token_call_law([x], exact_p, exact_q)
+        assert laws.lenient_call_law([x], exact_p, exact_q, 1) == laws.token_call_law([x], exact_p, exact_q)
     for lenience in (0.8, 0.5, 0.2):  # the first token's law: min(p, q / l) + (1 - alpha_l) residual (Leviathan A.5)
         first = np.zeros(4)
-        for out, v in stats.rows_call_law(lambda x, p_, q_: stats.lenient_call_law(x, p_, q_, lenience), p, q).items():
+        for out, v in laws.rows_call_law(lambda x, p_, q_: laws.lenient_call_law(x, p_, q_, lenience), p, q).items():
             first[out[0]] += v
         alpha = mrs.lenient_acceptance_rate(p[0], q[0], lenience)
         np.testing.assert_allclose(first, np.minimum(p[0], q[0] / lenience) + (1 - alpha) * mrs.residual(p[0], q[0]),
@@ -36,12 +36,12 @@ def test_greedy_call_law_is_verify_greedys_output():
         K, V = int(rng.integers(1, 4)), int(rng.integers(2, 5))
         q = rng.integers(0, 3, size=(K + 1, V)).astype(float)  # small integer scores: many ties
         x = rng.integers(0, V, size=K)
-        assert stats.greedy_call_law(x.tolist(), None, q.tolist()) == {tuple(mrs.verify_greedy(x, q).tolist()): 1}
+        assert laws.greedy_call_law(x.tolist(), None, q.tolist()) == {tuple(mrs.verify_greedy(x, q).tolist()): 1}
     # a one-hot target is greedy decoding: token-level verification gives greedy's output, whatever the draft
     p, _ = _rows(3, 3, 4)
     one_hot = np.eye(4)[[2, 0, 3, 1]]
-    assert stats.rows_call_law(stats.token_call_law, p, one_hot) == \
-        pytest.approx(stats.rows_call_law(stats.greedy_call_law, p, one_hot), abs=1e-15)
+    assert laws.rows_call_law(laws.token_call_law, p, one_hot) == \
+        pytest.approx(laws.rows_call_law(laws.greedy_call_law, p, one_hot), abs=1e-15)
 
 
 def test_every_known_bugs_law_is_a_distribution_and_not_the_correct_law():
@@ -49,9 +49,9 @@ def test_every_known_bugs_law_is_a_distribution_and_not_the_correct_law():
     # misreading may happen to be exact (residual_without_w is, on _rows(5, 3, 3))
     for bugs, algorithm in [([*broken.BROKEN.values(), *lossy.LOSSY], "token"), (broken.BROKEN_BLOCK.values(), "block")]:
         case = conform.cases(algorithm)[0]
-        right = stats.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
+        right = laws.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
         for bug in bugs:
-            law = stats.rows_call_law(bug.law, case.p, case.q)
+            law = laws.rows_call_law(bug.law, case.p, case.q)
             off = max(abs(law.get(k, 0.0) - right.get(k, 0.0)) for k in set(law) | set(right))
             print(f"{bug.name}: largest difference from the correct law {off:.3g}")
             assert sum(law.values()) == pytest.approx(1.0, abs=1e-12), bug.name
@@ -62,10 +62,10 @@ def test_every_known_bugs_law_is_a_distribution_and_not_the_correct_law():
 def test_stopping_law_and_block_law_are_distributions(seed):
     p, q = _rows(seed, 4, 3, 0.3)
     x_draft = [int(np.argmax(p[t])) for t in range(4)]
-    w, h, r = stats.block_weights(x_draft, p.tolist(), q.tolist())
+    w, h, r = laws.block_weights(x_draft, p.tolist(), q.tolist())
     assert w[0] == 1 and all(0 <= v <= 1 for v in w + h) and h[-1] == w[-1]
-    assert sum(stats.stopping_law(h)) == pytest.approx(1.0, abs=1e-15)
-    assert sum(stats.block_call_law(x_draft, p.tolist(), q.tolist()).values()) == pytest.approx(1.0, abs=1e-15)
+    assert sum(laws.stopping_law(h)) == pytest.approx(1.0, abs=1e-15)
+    assert sum(laws.block_call_law(x_draft, p.tolist(), q.tolist()).values()) == pytest.approx(1.0, abs=1e-15)
     # the same weights as the NumPy code in specref.mrs
     w2 = mrs._block_w(np.array(x_draft), p, q)
     np.testing.assert_allclose(w2, w, atol=1e-15)
@@ -76,7 +76,7 @@ def test_stopping_law_and_block_law_are_distributions(seed):
 
 def test_stopping_law_by_hand():
     h = [Fraction(1), Fraction(1, 2), Fraction(1, 3)]
-    assert stats.stopping_law(h) == [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3)]  # (2/3)(1/2)1, (2/3)(1/2), 1/3
+    assert laws.stopping_law(h) == [Fraction(1, 3), Fraction(1, 3), Fraction(1, 3)]  # (2/3)(1/2)1, (2/3)(1/2), 1/3
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -84,27 +84,27 @@ def test_expected_tokens_given_drafts_matches_the_exact_laws(seed):
     K, V = 3, 4
     p, q = _rows(seed, K, V, 0.5)
     x_draft = np.array([np.random.default_rng(seed).choice(V, p=p[t]) for t in range(K)])
-    token, block = stats.expected_tokens_given_drafts(x_draft, p, q)
-    assert token == pytest.approx(stats.expected_tokens(stats.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
-    assert block == pytest.approx(stats.expected_tokens(stats.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
+    token, block = laws.expected_tokens_given_drafts(x_draft, p, q)
+    assert token == pytest.approx(laws.mean_output_length(laws.token_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
+    assert block == pytest.approx(laws.mean_output_length(laws.block_call_law(x_draft.tolist(), p.tolist(), q.tolist())))
 
 
 def test_expected_tokens_recorder_averages_over_calls():
     p, q = _rows(0, 2, 3)
-    recorder = stats.ExpectedTokens(mrs.verify_block)
+    recorder = laws.ExpectedTokens(mrs.verify_block)
     rng = np.random.default_rng(1)
     counts = stats.sample_verify(recorder, p, q, 4000, rng)
-    law = stats.call_law(stats.block_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 2, 3)
-    token = stats.call_law(stats.token_call_law, stats.fixed_rows(p), stats.fixed_rows(q), 2, 3)
+    law = laws.chain_call_law(laws.block_call_law, laws.fixed_rows(p), laws.fixed_rows(q), 2, 3)
+    token = laws.chain_call_law(laws.token_call_law, laws.fixed_rows(p), laws.fixed_rows(q), 2, 3)
     measured = sum(len(k) * c for k, c in counts.items()) / 4000
     assert recorder.calls == 4000
-    assert recorder.block / 4000 == pytest.approx(stats.expected_tokens(law), abs=0.02)
-    assert recorder.token / 4000 == pytest.approx(stats.expected_tokens(token), abs=0.02)
-    assert measured == pytest.approx(stats.expected_tokens(law), abs=0.05)
+    assert recorder.block / 4000 == pytest.approx(laws.mean_output_length(law), abs=0.02)
+    assert recorder.token / 4000 == pytest.approx(laws.mean_output_length(token), abs=0.02)
+    assert measured == pytest.approx(laws.mean_output_length(law), abs=0.05)
 
 
 def test_continued_and_joint_laws():
-    q = stats.fixed_rows([[0.25, 0.75]] * 3)
-    joint = stats.target_joint_law(q, 2, 2)
+    q = laws.fixed_rows([[0.25, 0.75]] * 3)
+    joint = laws.target_joint_law(q, 2, 2)
     assert joint == {(0, 0): 0.0625, (0, 1): 0.1875, (1, 0): 0.1875, (1, 1): 0.5625}
-    assert stats.continued_law({(1,): 1.0}, q, 2) == {(1, 0): 0.25, (1, 1): 0.75}
+    assert laws.continued_law({(1,): 1.0}, q, 2) == {(1, 0): 0.25, (1, 1): 0.75}

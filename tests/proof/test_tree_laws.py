@@ -3,14 +3,14 @@ chi-square tier agrees, whole sequences of a small tree loop have the target's l
 
 Exact tier: on the cases of `tree.CASES` (V = 4, two children per node, depth 2, rows with zeros that depend
 on the context) the law of one call is enumerated in fractions over every tree the algorithm's drawing can
-give and every decision of its rule (`tree.call_law`), computed a second way (`tree.fresh_children_law`),
+give and every decision of its rule (`tree.tree_call_law`), computed a second way (`tree.fresh_children_law`),
 continued with target draws to 3 tokens, and compared with the target's law cell by cell.
 
 Statistical tier: chi-square goodness of fit (stats.chi_square_gof) at level stats.LEVEL = 1e-3 with fixed
 seeds: a correct verifier fails one such test with probability 1e-3 for a random seed.  A negative control is
 sampled at the number of calls that gives its test 99.9% power, computed from the exact laws
 (power.check_power), so it passes by chance with probability at most 1e-3 for a random seed.  Whole
-sequences: a small tree loop (`tree_generate`, a test helper) on the Markov-chain target of stats.markov_pair,
+sequences: a small tree loop (`tree_generate`, a test helper) on the Markov-chain target of laws.markov_pair,
 against the loop's exact law (`tree.loop_law`, one call law per context), which is the target's.
 
 Chen's letters: p = draft, q = target.
@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from specref import mrs_tree, trees
-from specref.proof import power, stats, tree
+from specref.proof import laws, power, stats, tree
 from specref.proof.vectors import ListedUniforms
 from specref.proof import tree_rule
 from specref.proof.bugs import tree as tree_bugs
@@ -99,7 +99,7 @@ def test_one_call_law_is_the_target_exactly(algorithm, case):
     assert extended == target_law  # cell by cell, in fractions
     trees = len(tree.tree_draws(alg.children, draft, tree.WIDTHS))
     print(f"{algorithm} on {case}: {trees} trees, {len(law)} outputs, expected tokens per call "
-          f"{float(stats.expected_tokens(law)):.4f}; extended law = target law in all {len(target_law)} cells")
+          f"{float(laws.mean_output_length(law)):.4f}; extended law = target law in all {len(target_law)} cells")
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -290,26 +290,26 @@ def tree_generate(algorithm: str, verifier, target, draft, prompt, N: int, width
 
 
 def _sequence_counts(algorithm, verifier, n, seed):
-    target, draft = stats.markov_pair()
+    target, draft = laws.markov_pair()
     return stats.sample_sequences(
-        lambda rng: tree_generate(algorithm, verifier, target, draft, stats.SEQ_PROMPT, stats.SEQ_N, tree.WIDTHS, rng),
-        n, len(stats.SEQ_PROMPT), np.random.default_rng(seed))
+        lambda rng: tree_generate(algorithm, verifier, target, draft, laws.SEQ_PROMPT, laws.SEQ_N, tree.WIDTHS, rng),
+        n, len(laws.SEQ_PROMPT), np.random.default_rng(seed))
 
 
 @functools.lru_cache(maxsize=None)
 def _loop_law(algorithm: str, name: str | None = None) -> dict:
     """The exact law of the SEQ_N tokens tree_generate appends, with the algorithm's verifier or its bug `name`."""
-    alg, (target, draft) = tree.ALGORITHMS[algorithm], stats.markov_pair()
+    alg, (target, draft) = tree.ALGORITHMS[algorithm], laws.markov_pair()
     law = alg.bug[name].law if name else alg.rule.law
-    return tree.loop_law(law, alg.children, draft, target, stats.SEQ_PROMPT, stats.SEQ_N, tree.WIDTHS)
+    return tree.loop_law(law, alg.children, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, tree.WIDTHS)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_the_tree_loop_law_is_the_target_sequence_law(algorithm):
     """Exact (to float64 rounding: the Markov tables are floats): the law of whole sequences of the tree loop, one
     call law per context, equals the target's law of SEQ_N tokens."""
-    target, _ = stats.markov_pair()
-    ref, law = stats.sequence_law(target, stats.SEQ_PROMPT, stats.SEQ_N), _loop_law(algorithm)
+    target, _ = laws.markov_pair()
+    ref, law = laws.sequence_law(target, laws.SEQ_PROMPT, laws.SEQ_N), _loop_law(algorithm)
     worst = max(abs(law.get(k, 0.0) - ref.get(k, 0.0)) for k in set(law) | set(ref))
     print(f"{algorithm}: largest difference over {len(ref)} sequences {worst:.2g}")
     assert worst < 1e-12
@@ -319,7 +319,7 @@ def test_the_tree_loop_law_is_the_target_sequence_law(algorithm):
 def test_whole_sequences_have_the_target_law(algorithm):
     counts = _sequence_counts(algorithm, tree.ALGORITHMS[algorithm].verifier, 600, 31)
     pvalue = stats.chi_square_gof(counts, _loop_law(algorithm))[2]
-    print(f"{algorithm}: 600 sequences of {stats.SEQ_N} tokens, chi-square p = {pvalue:.3g}")
+    print(f"{algorithm}: 600 sequences of {laws.SEQ_N} tokens, chi-square p = {pvalue:.3g}")
     assert pvalue > stats.LEVEL
 
 

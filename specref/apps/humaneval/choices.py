@@ -85,11 +85,11 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
     return out
 
 
-def _pilot(bench: Benchmark, prompt, problem: Problem, method: Method, draft) -> "demo.Result":
-    """A pilot run of demo.PILOT_TOKENS (no stop sequences) as a demo.Result, for `demo.choose_K` / `choose_tree`."""
+def _pilot(bench: Benchmark, prompt, problem: Problem, method: Method, draft) -> "demo.Run":
+    """A pilot run of demo.PILOT_TOKENS (no stop sequences) as a demo.Run, for `demo.choose_K` / `choose_tree`."""
     g = generate(prompt, bench.model, draft, method, demo.PILOT_TOKENS, bench.tokenizer,
                  method_rng(bench.args.seed + 1, problem.task_id, method), stop=False,
                  verify=getattr(bench.args, "verify", "token"))
     profile = demo.profile_table(g.profile_calls, g.profile_sums, g.profile_deeper)
-    return demo.Result(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
+    return demo.Run(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
                        tree=method.tree or "", children=method.children or "", profile=profile)

@@ -63,7 +63,7 @@ def program_text(problem: Problem, completion: str) -> str:
     return f"{problem.prompt}{completion}\n\n{problem.test}\n\ncheck({problem.entry_point})\n"
 
 
-def check_completion(problem: Problem, completion: str, limits: sandbox.Limits = sandbox.Limits()) -> sandbox.SandboxResult:
+def check_completion(problem: Problem, completion: str, limits: sandbox.ResourceLimits = sandbox.ResourceLimits()) -> sandbox.SandboxResult:
     """Run a completion against its problem's tests in the sandbox."""
     return sandbox.run_program(program_text(problem, completion), limits)
 

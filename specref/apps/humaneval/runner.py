@@ -22,7 +22,7 @@ from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP
                                              check_completion, truncate_at_stop)
 from specref.apps.named_drafts import DRAFTS, LOOKUP_DRAFTS, by_name
 from specref.apps.timing import timed_generation
-from specref.proof.stats import ExpectedTokens
+from specref.proof.laws import ExpectedTokens
 from specref.runstats import RunStats
 from specref.trees import Tree
 from specref.smollm2.draft import shipped_draft
@@ -204,7 +204,7 @@ class Benchmark:
         # Used only by tests: completion text that replaces the generated one for these task ids
         # before execution (to run a hanging or crashing completion through the whole pipeline).
         self.overrides: Mapping[str, str] = getattr(args, "completion_overrides", None) or {}
-        self.limits = sandbox.Limits(seconds=args.timeout)
+        self.limits = sandbox.ResourceLimits(seconds=args.timeout)
 
     def solutions_of_others(self, task_id: str) -> list[list[int]]:
         """Token ids of every canonical solution except this problem's (leave-one-out, no leakage)."""

@@ -1,6 +1,6 @@
 """check_block_weights: block verification's weights w [K+1] (Sun et al. 2025), and their known mistakes.
 
-`check_block_weights` checks `stats.block_weights` on the 11 block vectors and five edge cases, saying how far
+`check_block_weights` checks `laws.block_weights` on the 11 block vectors and five edge cases, saying how far
 block verification with wrong weights is from the target's law (exact, K = 3, V = 3).
 """
 
@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.verdict import Limits
 
 from .grading import (SEED, TOL, F, Result, _call, _Case, _case, _Fail, _first_match, _fr, _grade, _pair, _row,
@@ -40,7 +40,7 @@ def _block_cases() -> list[_Case]:
 
 
 def _weights_exact(case: _Case) -> list[Fraction]:
-    return stats.block_weights(list(case.x_draft), case.p, case.q)[0]
+    return laws.block_weights(list(case.x_draft), case.p, case.q)[0]
 
 
 # The learner-facing diagnosis of each known mistake of the weights, and the mistake itself.
@@ -84,14 +84,14 @@ def _block_law_gap(f_weights: Callable) -> str:
 
     def law_given_drafts(xs, p_rows, q_rows):
         w = [float(v) for v in f_weights(np.array(xs), np.array(p_rows), np.array(q_rows))]
-        _, h, r = stats.block_weights(xs, p_rows, q_rows, w)
+        _, h, r = laws.block_weights(xs, p_rows, q_rows, w)
         h = [min(1.0, max(0.0, v)) for v in h]
         last = [r[i] if sum(r[i]) > 0 else list(q_rows[i]) for i in range(len(xs))] + [list(q_rows[len(xs)])]
-        return stats.stopped_law(xs, stats.stopping_law(h), last)
+        return laws.stopped_law(xs, laws.stopping_law(h), last)
     try:
-        law = stats.continued_law(stats.call_law(law_given_drafts, stats.fixed_rows(p), stats.fixed_rows(q), 3, 3),
-                                  stats.fixed_rows(q), 4)
-        target = stats.target_joint_law(stats.fixed_rows(q), 3, 4)
+        law = laws.continued_law(laws.chain_call_law(law_given_drafts, laws.fixed_rows(p), laws.fixed_rows(q), 3, 3),
+                                  laws.fixed_rows(q), 4)
+        target = laws.target_joint_law(laws.fixed_rows(q), 3, 4)
         return (f"; with these weights block verification's 4-token output is "
                 f"{stats.total_variation(law, target):.3f} from the target's law in total variation (K = 3, V = 3)")
     except Exception:  # noqa: BLE001  (weights that break block verification itself: no law to show)

@@ -5,7 +5,7 @@ gamma); then on every gamma from 0 to MAX_GAMMA at alphas near 0 and near 1 (EDG
 alphas drawn uniformly from [0, 1) with seed SEED; then at alpha = 1, where the contract asks for gamma + 1, on
 every gamma from 0 to MAX_GAMMA.  The alpha nearest 1 is 1 - 2^-20: closer to 1, the textbook formula's own
 rounding in float64 (about 1e-16 / (1 - alpha), relative) would exceed TOL.  Then the exact mean length of
-`mrs.verify`'s output on rows whose acceptance rate is alpha (`stats.verify_law`, 6 cases), then its simulated
+`mrs.verify`'s output on rows whose acceptance rate is alpha (`laws.verify_law`, 6 cases), then its simulated
 mean over N_SIMULATED calls (alpha = 0.75, gamma = 4, seed SEED): a two-sided z-test at stats.LEVEL = 1e-3, which
 a correct answer fails with probability 1e-3 over seeds (the seed is fixed: the verdict does not change).
 """
@@ -20,7 +20,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.verdict import Limits
 
 from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade, _pair
@@ -125,7 +125,7 @@ def check_expected_tokens(f: Callable) -> Result:
         for alpha in (F(3, 4), F(1, 2)):
             for K in (1, 2, 3):
                 p, q = _rows_with_acceptance(alpha, K)
-                mean = stats.expected_tokens(stats.verify_law(p, q))
+                mean = laws.mean_output_length(laws.verify_law(p, q))
                 got = _number(f, limits, check, float(alpha), K)
                 if not math.isclose(got, mean, rel_tol=TOL):
                     raise _Fail(check, f"{_eq1_gap(functools.partial(limits.call, f), float(alpha), K, got, mean)}; "

@@ -1,8 +1,9 @@
 """The gallery: mistakes people make, most of them shipped, each run through the chi-square the correct pipeline passes.
 
-MISTAKES is a gallery of mistakes people make, most of them shipped, each a `Mistake`.  `show_mistakes()` runs
-the correct pipeline and each mistake's (drafting and verification on two small Markov chains, the request's
-warp applied by `specref.warps`) and tests the GALLERY_L tokens after the prompt of N_GALLERY sequences with the
+MISTAKES is a gallery of mistakes people make, each a `Mistake`; those that shipped are read from the shipped
+gallery (`specref.proof.bugs.shipped.GALLERY`: where, what, the single-call form).  `show_mistakes()` runs the
+correct pipeline and each mistake's (drafting and verification on two small Markov chains, the request's warp
+applied by `specref.warps`) and tests the GALLERY_L tokens after the prompt of N_GALLERY sequences with the
 same `stats.chi_square_gof`, against the exact law of plain sampling from the warped target, at stats.LEVEL =
 1e-3, row i with np.random.default_rng((GALLERY_SEED, i)).  The correct pipeline passes and every mistake fails;
 the diagnosis column names the mistake whose exact pipeline law (`pipeline_law`) the counts fit, by the
@@ -21,7 +22,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, warps
-from specref.proof import stats
+from specref.proof import laws, stats
 from specref.proof.bugs import broken, shipped
 
 from .grading import Result, _likeliest, _show
@@ -72,19 +73,18 @@ class Mistake:
         return f"<Mistake {self.name}: {self.about} ({self.where})>"
 
 
+def _shipped(name: str, label: str, **pieces) -> Mistake:
+    """A bug of the shipped gallery (`specref.proof.bugs.shipped.GALLERY`: where it shipped, what it does, its
+    single-call form), with this table's short label and the pieces of the pipeline it changes."""
+    s = shipped.BY_NAME[name]
+    return Mistake(s.name, label, s.where, (s.pipeline or s.bug).about, s.bug, **pieces)
+
+
 MISTAKES = [
-    Mistake("argmax_draft", "argmax draft, p's probabilities verified", "jaymody/speculative-sampling #3 (#4)",
-            "the draft's token is the argmax of its row while the verifier is handed that row's probabilities, as if "
-            "the token had been sampled", broken.greedy_draft_softmax_ratio, drafting="argmax"),
-    Mistake("draft_filter_not_passed", "draft filtered, unfiltered p verified", "transformers #47932",
-            "the draft samples from its top-k filtered row; the verifier is handed the row before the filter",
-            shipped.DraftFilterNotPassed(), draft_rows="unfiltered"),
-    Mistake("target_not_warped", "target rows not warped", "vLLM #9834",
-            "the verifier is handed the target's rows without the request's temperature and top-k, which plain "
-            "sampling applies", shipped.TargetNotWarped(), target_rows="raw"),
-    Mistake("residual_only_rejected_entry", "residual at the rejected token only", "EAGLE #20",
-            "after a rejection the token is drawn from q with the rejected token removed, not from norm(max(0, q - p))",
-            broken.residual_only_rejected_entry),
+    _shipped("greedy_draft_softmax_ratio", "argmax draft, p's probabilities verified", drafting="argmax"),
+    _shipped("draft_filter_not_passed", "draft filtered, unfiltered p verified", draft_rows="unfiltered"),
+    _shipped("target_not_warped", "target rows not warped", target_rows="raw"),
+    _shipped("residual_only_rejected_entry", "residual at the rejected token only"),
     Mistake("one_uniform_reused", "one uniform reused for the draw", "-",
             "one uniform decides the accept tests and draws the token after them (a generator reseeded inside the "
             "loop does this)", broken.one_uniform_reused),
@@ -93,7 +93,7 @@ MISTAKES = [
             "resample from norm(max(0, p - q)); the code in #36 is right in its own letters", letters_swapped),
 ]
 CORRECT = Mistake("correct", "none: Algorithm 2 (mrs.verify)", "-", "Chen's Algorithm 2 as written",
-                  broken.Bug("verify", "mrs.verify", mrs.verify, stats.token_call_law))
+                  broken.Bug("verify", "mrs.verify", mrs.verify, laws.token_call_law))
 
 
 @functools.cache
@@ -120,7 +120,7 @@ def pipeline_generate(m: Mistake, rng: np.random.Generator) -> tuple:
         context = [last]
         for _ in range(K):  # Alg. 2, lines 5-7: each draft from the draft's warped row (or its argmax)
             row = drafted[context[-1]]
-            context.append(stats.first_max(row) if m.drafting == "argmax" else mrs.sample(row, rng))
+            context.append(laws.first_max(row) if m.drafting == "argmax" else mrs.sample(row, rng))
         x_draft = np.array(context[1:], dtype=np.int64)  # [K]
         p, q = p_rows[context[:K]], q_rows[context]  # [K, V], [K+1, V]: the rows handed to the verifier
         new = [int(v) for v in m.verifier(x_draft, p, q, rng)]  # lines 9-14
@@ -133,7 +133,7 @@ def pipeline_law(m: Mistake) -> dict[tuple, float]:
     """The exact law of pipeline_generate(m): each call's law summed over its drafts, calls continued to GALLERY_L tokens."""
     drafted, p_rows, q_rows = _pipeline_rows(m)
     K, V = GALLERY_K, GALLERY_V
-    law_given_drafts = m.verifier.law if m.verifier is not mrs.verify else stats.token_call_law
+    law_given_drafts = m.verifier.law if m.verifier is not mrs.verify else laws.token_call_law
 
     def call(previous: int) -> dict:
         law = {}
@@ -144,7 +144,7 @@ def pipeline_law(m: Mistake) -> dict[tuple, float]:
             for t in range(K):
                 row = drafted[context[-1]]
                 if m.drafting == "argmax":
-                    context.append(stats.first_max(row))
+                    context.append(laws.first_max(row))
                 else:
                     context.append(int(xs[t]))
                     chance *= float(row[xs[t]])
@@ -169,7 +169,7 @@ def pipeline_law(m: Mistake) -> dict[tuple, float]:
 def plain_law() -> dict[tuple, float]:
     """The exact law of GALLERY_L tokens of plain sampling from the warped target: what every pipeline must match."""
     target = gallery_chains()["target"]
-    return stats.continued_law({(): 1.0}, lambda s: target[s[-1] if s else GALLERY_PROMPT], GALLERY_L)
+    return laws.continued_law({(): 1.0}, lambda s: target[s[-1] if s else GALLERY_PROMPT], GALLERY_L)
 
 
 @dataclass(frozen=True)
@@ -223,13 +223,13 @@ def mistake_rows(n: int = N_GALLERY, seed: int = GALLERY_SEED) -> list[Row]:
     """The correct pipeline and each of MISTAKES through the same chi-square: n sequences each, row i drawn with
     np.random.default_rng((seed, i))."""
     reference = plain_law()
-    laws = {m.name: pipeline_law(m) for m in MISTAKES}
+    mistake_laws = {m.name: pipeline_law(m) for m in MISTAKES}
     rows = []
     for i, m in enumerate([CORRECT, *MISTAKES]):
         rng = np.random.default_rng((seed, i))
         counts = Counter(pipeline_generate(m, rng) for _ in range(n))
         stat, dof, pvalue = stats.chi_square_gof(counts, reference)
-        found = "" if pvalue > stats.LEVEL else _likeliest(counts, reference, laws)
+        found = "" if pvalue > stats.LEVEL else _likeliest(counts, reference, mistake_laws)
         rows.append(Row(m.name, m.label, m.where, stat, dof, pvalue, f"fits {found}" if found else ""))
     return rows
 

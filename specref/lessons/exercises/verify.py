@@ -7,14 +7,14 @@
 - exact law, in any order of the uniforms: on seven small cases (a rejection then the residual, a ratio above 1,
   p == q, q(x) = 0 at a drafted token, one-hot rows, residual entries of 2^-20 and 1/512 beside zeros, equal
   residual entries and a tied argmax) the law of the function's output over its uniforms is enumerated
-  (`uniforms.exact_law`) and must equal `stats.token_call_law` computed in fractions (to TOL).  The cells start at every value where the correct rule or a known mistake can decide differently on
+  (`uniforms.exact_law`) and must equal `laws.token_call_law` computed in fractions (to TOL).  The cells start at every value where the correct rule or a known mistake can decide differently on
   these rows (a ratio q/p or p/q, a step of an inverse CDF); where the function decides inside a cell, the
   probes find the switch and the cell is cut there, so an answer that decides elsewhere is enumerated exactly
   too.  A function the enumeration cannot follow (too many uniforms or paths) is not graded exactly, and fails;
 - edges with chosen uniforms (the conformance checker's): q(x) = 0 is rejected even with u = 0, and a rejection
   whose max(0, q - p) is all zero (p and q one rounding apart) gives a token of the vocabulary;
 - chi-square: N_CALLS calls on the suite's random case (`cases.cases("token")[0]`, K = 2, V = 4) with
-  np.random.default_rng(SEED), against `stats.verify_law` by `stats.chi_square_gof` at stats.LEVEL = 1e-3: a
+  np.random.default_rng(SEED), against `laws.verify_law` by `stats.chi_square_gof` at stats.LEVEL = 1e-3: a
   correct verifier fails it with probability 1e-3 over seeds (its false-alarm rate); the seed is fixed, so a
   verdict is reproducible;
 - vectors: the 13 `verify` vectors of specref/proof/mrs_vectors.json give their recorded tokens when their
@@ -33,7 +33,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.proof import cases, stats
+from specref.proof import cases, laws, stats
 from specref.proof.bugs import broken, shipped
 from specref.proof.verdict import Limits
 
@@ -55,8 +55,8 @@ def _argmax_draws_sample(x_draft, p, q, rng):
         if rng.random() < q[t][x] / p[t][x]:
             out.append(x)
             continue
-        return np.array(out + [stats.first_max(mrs.residual(p[t], q[t]))])
-    return np.array(out + [stats.first_max(q[len(x_draft)])])
+        return np.array(out + [laws.first_max(mrs.residual(p[t], q[t]))])
+    return np.array(out + [laws.first_max(q[len(x_draft)])])
 
 
 def _argmax_draws_law(x_draft, p, q) -> dict:
@@ -111,7 +111,7 @@ def _verify_breakpoints(x_draft, p, q) -> list[float]:
     rows = [*p, *q]
     for t in range(K):
         rows += [np.maximum(q[t] - p[t], 0.0), np.maximum(p[t] - q[t], 0.0)]
-        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in {int(x_draft[t]), stats.first_max(p[t])}]
+        rows += [np.where(np.arange(V) == x, 0.0, q[t]) for x in {int(x_draft[t]), laws.first_max(p[t])}]
     edges = []
     for r in rows:
         if r.sum() > 0:
@@ -186,7 +186,7 @@ def _law_details(law: dict, case: _Case) -> str:
             got, want = _pair(kept / reach, ratio, _fmt)
             said.append(f"keeps draft {t} (token {x_draft[t]}) with probability {got} where min(1, q/p) = {want}")
             break
-    correct = stats.token_call_law(x_draft, case.p, case.q)
+    correct = laws.token_call_law(x_draft, case.p, case.q)
     missing = [o for o, v in correct.items() if v > 0 and law.get(o, 0.0) <= TOL]
     if missing:
         o = min(missing, key=lambda o: correct[o])
@@ -231,10 +231,10 @@ def _bug_law(bug, case: _Case) -> dict | None:  # a known mistake's exact law on
         return None
 
 
-def _named(laws: dict[str, dict]) -> str:
+def _named(case_laws: dict[str, dict]) -> str:
     """The diagnosis of the first known mistake whose exact law equals the enumerated one on every case, or ''."""
     for bug, label in VERIFY_MISTAKES:
-        if all((theirs := _bug_law(bug, case)) is not None and stats.total_variation(laws[case.name], theirs) < TOL
+        if all((theirs := _bug_law(bug, case)) is not None and stats.total_variation(case_laws[case.name], theirs) < TOL
                for case in VERIFY_CASES):
             return label
     return ""
@@ -256,9 +256,9 @@ def _verify_deterministic(f, limits: Limits) -> None:
 
 
 def _verify_exact(f, limits: Limits) -> str:
-    """The exact tier: each case's law over f's uniforms (`uniforms.exact_law`), against `stats.token_call_law`;
+    """The exact tier: each case's law over f's uniforms (`uniforms.exact_law`), against `laws.token_call_law`;
     '' if every law was enumerated, else why not."""
-    laws, wrong, deepest = {}, [], [0]  # deepest: the most uniforms a call drew
+    case_laws, wrong, deepest = {}, [], [0]  # deepest: the most uniforms a call drew
     for case in VERIFY_CASES:
         x_draft, p, q = case.arrays()
         check = f"exact law, case '{case.name}'"
@@ -275,21 +275,21 @@ def _verify_exact(f, limits: Limits) -> str:
             return _tokens(out, x_draft, p.shape[1], check, f"x_draft = {x_draft.tolist()}")
 
         try:
-            laws[case.name] = exact_law(run, _verify_breakpoints(x_draft, p, q))
+            case_laws[case.name] = exact_law(run, _verify_breakpoints(x_draft, p, q))
         except _TooDeep as e:
             return f"{e} (case '{case.name}')"
-        if stats.total_variation(laws[case.name], stats.token_call_law(list(case.x_draft), case.p, case.q)) > TOL:
+        if stats.total_variation(case_laws[case.name], laws.token_call_law(list(case.x_draft), case.p, case.q)) > TOL:
             wrong.append((case, check))
-    if all(len(law) == 1 for law in laws.values()):  # one output a case, whatever the uniforms
+    if all(len(law) == 1 for law in case_laws.values()):  # one output a case, whatever the uniforms
         raise _Fail("randomness", _ignores_uniforms(f, limits, draws=deepest[0] > 0))
     if not wrong:
         return ""
     case, check = wrong[0]
-    gap = _law_gap(laws[case.name], stats.token_call_law(list(case.x_draft), case.p, case.q), case.x_draft)
-    label = _named(laws)  # a known mistake's exact law, on every case (those that pass included)
+    gap = _law_gap(case_laws[case.name], laws.token_call_law(list(case.x_draft), case.p, case.q), case.x_draft)
+    label = _named(case_laws)  # a known mistake's exact law, on every case (those that pass included)
     if label:
         raise _Fail(check, f"{label} ({gap})")
-    details = _law_details(laws[case.name], case)
+    details = _law_details(case_laws[case.name], case)
     raise _Fail(check, f"{gap}{'; it ' + details if details else ''} (no known mistake matches)")
 
 
@@ -366,12 +366,12 @@ def _verify_chi_square(f, limits: Limits) -> str:
         return _tokens(out, x_draft, V, check, f"x_draft = {x_draft.tolist()}")
 
     counts = stats.sample_verify(guarded, case.p, case.q, N_CALLS, np.random.default_rng(SEED))
-    correct = stats.verify_law(case.p, case.q)
+    correct = laws.verify_law(case.p, case.q)
     stat, dof, pvalue = stats.chi_square_gof(counts, correct)
     if pvalue > stats.LEVEL:
         return f"chi-square p = {pvalue:.2g} ({N_CALLS} calls, seed {SEED})"
-    laws = {bug.name: stats.rows_call_law(bug.law, case.p, case.q) for bug, _ in VERIFY_MISTAKES}
-    found = _likeliest(counts, correct, laws)
+    case_laws = {bug.name: laws.rows_call_law(bug.law, case.p, case.q) for bug, _ in VERIFY_MISTAKES}
+    found = _likeliest(counts, correct, case_laws)
     label = {bug.name: label for bug, label in VERIFY_MISTAKES}.get(found, "")
     what = f"chi2 = {stat:.1f} on {dof} dof, p = {pvalue:.2g} <= {stats.LEVEL:g}"
     raise _Fail(check, f"{label} ({what})" if label else f"the output law is not the target's ({what}; no known "

@@ -2,9 +2,9 @@
 
 Each is a `specref.proof.bugs.Bug`: called with verify's signature `(x_draft [K], p [K, V], q [K+1, V], rng)
 -> tokens` it samples, `.law(x_draft, p, q)` is its exact output law for fixed drafts (like
-`stats.token_call_law`), and `.about` says what it does (the conformance checker's diagnosis).  The
+`laws.token_call_law`), and `.about` says what it does (the conformance checker's diagnosis).  The
 token-level ones (BROKEN) reproduce bugs seen in public implementations; most swap one of the four
-pieces of `stats.token_call_law`, and their sampler and law are made from that same piece.  The block
+pieces of `laws.token_call_law`, and their sampler and law are made from that same piece.  The block
 ones (BROKEN_BLOCK) are plausible misreadings of block verification, each of which breaks exactness
 (shown by enumeration in the suite).  The distribution tests in `tests/` and notebook 03 must reject
 every one of them; a test that cannot tell them from the real `verify` proves nothing.  Chen's
@@ -18,12 +18,12 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.proof import stats
+from specref.proof import laws
 from specref.proof.bugs import Bug
 
 
 def _loop(x_draft, p, q, rng, ratio=None, resample=None, bonus_row=None, propose=None):
-    """verify's loop with the pieces of `stats.token_call_law` (None: verify's own), drawing verify's uniforms."""
+    """verify's loop with the pieces of `laws.token_call_law` (None: verify's own), drawing verify's uniforms."""
     out = []
     for t, x in enumerate(x_draft):
         x = int(x) if propose is None else propose(p[t], x)
@@ -38,17 +38,17 @@ def _loop(x_draft, p, q, rng, ratio=None, resample=None, bonus_row=None, propose
 
 
 class TokenBug(Bug):
-    """`mrs.verify` with some of the pieces of `stats.token_call_law` swapped; its sampler and its law take the same pieces."""
+    """`mrs.verify` with some of the pieces of `laws.token_call_law` swapped; its sampler and its law take the same pieces."""
 
     def __init__(self, name: str, about: str, **pieces: Callable):
         super().__init__(name, about)
-        self.pieces = pieces  # ratio, resample, bonus_row, propose: see stats.token_call_law
+        self.pieces = pieces  # ratio, resample, bonus_row, propose: see laws.token_call_law
 
     def sample(self, x_draft, p, q, rng):
         return _loop(x_draft, p, q, rng, **self.pieces)
 
     def law(self, x_draft, p, q) -> dict:
-        return stats.token_call_law(x_draft, p, q, **self.pieces)
+        return laws.token_call_law(x_draft, p, q, **self.pieces)
 
 
 def _only_rejected_entry(p_row, q_row, x):  # q with only the rejected x's entry adjusted (to max(0, q(x) - p(x)) = 0)
@@ -153,7 +153,7 @@ class BlockBug(Bug):
         K = len(x_draft)
         # carry_w False: w_i = min(1, q_i(x_i) / p_i(x_i)), the ratio not carried along the block
         w = None if self.carry_w else [1.0] + [min(1.0, q[i][x] / p[i][x]) for i, x in enumerate(x_draft)]
-        w, h, r = stats.block_weights(x_draft, p, q, w)
+        w, h, r = laws.block_weights(x_draft, p, q, w)
         if not self.h_slack:  # h_i = s_i / (s_i + 1)
             h = [h[0]] + [sum(r[i]) / (sum(r[i]) + 1) for i in range(1, K)] + [h[K]]
         if not self.weighted_residual:
@@ -164,7 +164,7 @@ class BlockBug(Bug):
     def _stopping_law(self, h):  # P(tau = i), i = 0..K
         K = len(h) - 1
         if self.choose == "largest":
-            return stats.stopping_law(h)
+            return laws.stopping_law(h)
         if self.choose == "smallest":
             out, below = [0.0] * (K + 1), 1.0
             for i in range(1, K + 1):
@@ -180,7 +180,7 @@ class BlockBug(Bug):
 
     def law(self, x_draft, p, q) -> dict:
         h, last = self._parts(list(x_draft), p, q)
-        return stats.stopped_law(x_draft, self._stopping_law(h), last)
+        return laws.stopped_law(x_draft, self._stopping_law(h), last)
 
     def sample(self, x_draft, p, q, rng):
         x_draft = [int(x) for x in x_draft]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from specref import mrs
-from specref.proof import stats
+from specref.proof import laws
 from specref.proof.bugs import Bug
 
 # Medusa's defaults (Cai et al. 2024, "Medusa", section 2.3.1; their posterior_threshold and
@@ -49,19 +49,19 @@ def verify_typical(x_draft: np.ndarray, p: np.ndarray, q: np.ndarray, rng: np.ra
 
 
 def typical_call_law(x_draft, p, q, epsilon: float = EPSILON, delta: float = DELTA) -> dict:  # [K], [K][V], [K+1][V]
-    """Exact law of `verify_typical`'s output for fixed drafts: `stats.token_call_law` keeping x iff q(x) is above
+    """Exact law of `verify_typical`'s output for fixed drafts: `laws.token_call_law` keeping x iff q(x) is above
     the threshold, and drawing from q itself where a draft is not kept."""
     def keep(p_t, q_t, x):
         return 1.0 if q_t[x] > typical_threshold(np.asarray(q_t, dtype=np.float64), epsilon, delta) else 0.0
 
-    return stats.token_call_law(x_draft, p, q, ratio=keep, resample=lambda p_t, q_t, x: q_t)
+    return laws.token_call_law(x_draft, p, q, ratio=keep, resample=lambda p_t, q_t, x: q_t)
 
 
 def lenient(lenience: float) -> Bug:
-    """`mrs.verify_lenient` at one lenience, with its exact law (`stats.lenient_call_law`)."""
+    """`mrs.verify_lenient` at one lenience, with its exact law (`laws.lenient_call_law`)."""
     return Bug(f"lenient_{lenience:g}", f"lenient acceptance: accepts with min(1, q / (l p)), l about {lenience:g} "
                "(Leviathan A.5; LOSSY)", lambda x_draft, p, q, rng: mrs.verify_lenient(x_draft, p, q, rng, lenience),
-               lambda x_draft, p, q: stats.lenient_call_law(x_draft, p, q, lenience))
+               lambda x_draft, p, q: laws.lenient_call_law(x_draft, p, q, lenience))
 
 
 LOSSY = [Bug("typical_acceptance", "Medusa's typical acceptance: keeps drafts the target finds plausible, ignoring p "

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref import mrs, warps
-from specref.proof import stats
+from specref.proof import laws
 from specref.proof.bugs import Bug, broken
 from specref.proof.toy import Toy
 
@@ -131,7 +131,7 @@ class DraftFilterNotPassed(Bug):
         return mrs.verify(coupled_drafts(x_draft, p, self._filtered(p), rng), p, q, rng)
 
     def law(self, x_draft, p, q) -> dict:
-        return coupled_law(x_draft, p, self._filtered(p), lambda xs: stats.token_call_law(xs, p, q))
+        return coupled_law(x_draft, p, self._filtered(p), lambda xs: laws.token_call_law(xs, p, q))
 
 
 class TargetNotWarped(Bug):
@@ -150,7 +150,7 @@ class TargetNotWarped(Bug):
         return mrs.verify(x_draft, p, unwarped(q, self.temperature), rng)
 
     def law(self, x_draft, p, q) -> dict:
-        return stats.token_call_law(x_draft, p, unwarped(q, self.temperature))
+        return laws.token_call_law(x_draft, p, unwarped(q, self.temperature))
 
 
 class InclusiveCoin(Bug):
@@ -185,7 +185,7 @@ class InclusiveCoin(Bug):
         return np.array(out + [mrs.sample(np.asarray(q[len(x_draft)], dtype=np.float64), rng)])
 
     def law(self, x_draft, p, q) -> dict:
-        return stats.token_call_law(x_draft, p, q, ratio=lambda p_t, q_t, x: self._keep(q_t[x] / p_t[x]))
+        return laws.token_call_law(x_draft, p, q, ratio=lambda p_t, q_t, x: self._keep(q_t[x] / p_t[x]))
 
 
 class UnguardedResidual(Bug):
@@ -219,12 +219,12 @@ class UnguardedResidual(Bug):
             if sum(excess) > 0:
                 return excess
             return list(q_t) if self.guarded else [0.0] * len(excess) + [1.0]  # all the mass on the id V
-        return stats.token_call_law(x_draft, p, q, resample=resample)
+        return laws.token_call_law(x_draft, p, q, resample=resample)
 
 
 def _one_hot(row) -> list[float]:
     out = [0.0] * len(row)
-    out[stats.first_max(row)] = 1.0
+    out[laws.first_max(row)] = 1.0
     return out
 
 
@@ -238,7 +238,7 @@ def argmax_last_law(kept, p, q) -> dict:
         stopping.append(path * (1 - accept))
         last.append(_one_hot(mrs.residual(np.asarray(p[t], float), np.asarray(q[t], float))))
         path *= accept
-    return stats.stopped_law(kept, stopping + [path], last + [_one_hot(q[K])])
+    return laws.stopped_law(kept, stopping + [path], last + [_one_hot(q[K])])
 
 
 class ArgmaxWhileSampling(Bug):
@@ -258,17 +258,17 @@ class ArgmaxWhileSampling(Bug):
             return mrs.verify(x_draft, p, q, rng)
         out = []
         for t in range(len(x_draft)):
-            x = stats.first_max(p[t])
+            x = laws.first_max(p[t])
             if rng.random() < q[t][x] / p[t][x]:
                 out.append(x)
                 continue
-            return np.array(out + [stats.first_max(mrs.residual(p[t], q[t]))])
-        return np.array(out + [stats.first_max(q[len(x_draft)])])
+            return np.array(out + [laws.first_max(mrs.residual(p[t], q[t]))])
+        return np.array(out + [laws.first_max(q[len(x_draft)])])
 
     def law(self, x_draft, p, q) -> dict:
         if not self.argmax:
-            return stats.token_call_law(x_draft, p, q)
-        return argmax_last_law([stats.first_max(p[t]) for t in range(len(x_draft))], p, q)
+            return laws.token_call_law(x_draft, p, q)
+        return argmax_last_law([laws.first_max(p[t]) for t in range(len(x_draft))], p, q)
 
 
 class MixedPrecisionDraft(Bug):
@@ -288,14 +288,14 @@ class MixedPrecisionDraft(Bug):
         return mrs.verify(x_draft, bf16(p, self.bits), q, rng)
 
     def law(self, x_draft, p, q) -> dict:
-        return stats.token_call_law(x_draft, bf16(p, self.bits), q)
+        return laws.token_call_law(x_draft, bf16(p, self.bits), q)
 
 
 # The verifier checked as block verification, for vllm-ascend #7807 (conform.TOKEN_LEVEL is this object).
 TOKEN_LEVEL = Bug("token_level", "token-level verification (mrs.verify): check it with algorithm 'token'",
-                         mrs.verify, stats.token_call_law)
+                         mrs.verify, laws.token_call_law)
 BLOCK = Bug("block_verification", "block verification (mrs.verify_block): check it with algorithm 'block'",
-                   mrs.verify_block, stats.block_call_law)
+                   mrs.verify_block, laws.block_call_law)
 
 
 # ---------------------------------------------------------------- pipeline forms
@@ -386,7 +386,7 @@ GALLERY = [
     Shipped(DraftFilterNotPassed(), "transformers #47932 (PRs #47961, #48007)", "token",
             "pipeline (single-call form: exact vectors, one-call)", True, DraftFilterNotPassed(None),
             pipeline=UnfilteredDraftRows),
-    Shipped(broken.greedy_draft_softmax_ratio, "transformers #32867", "token",
+    Shipped(broken.greedy_draft_softmax_ratio, "transformers #32867; jaymody/speculative-sampling #3 (#4)", "token",
             "pipeline (single-call form: exact vectors, one-call)", True, TOKEN_LEVEL, pipeline=GreedyDraft),
     Shipped(TargetNotWarped(), "vLLM #9834 (PR #10198)", "token",
             "pipeline (single-call form: exact vectors, one-call)", True, TargetNotWarped(1.0),

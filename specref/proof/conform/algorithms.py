@@ -24,7 +24,7 @@ CHECKED_AS = {name: v.label for name, v in verifiers.REGISTRY.items()}
 
 # Each is a `broken.Bug`: its sampler (for the vectors' comparison and the power tests) and its exact
 # law for fixed drafts, law(x_draft, p, q) -> {output: probability}, summed over the drafts by
-# stats.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
+# laws.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
 # wrong about the other.
 # (Defined in specref.proof.bugs.shipped, whose gallery uses TOKEN_LEVEL for vllm-ascend #7807.)
 TOKEN_LEVEL, BLOCK = shipped.TOKEN_LEVEL, shipped.BLOCK

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from specref import mrs, sampling
-from specref.proof import stats, vectors
+from specref.proof import laws, stats, vectors
 from specref.proof.cases import LARGE_V, N_SEQUENCES, SEQ_K, Case, accepted_count_case, cases, count_marginal
 from specref.proof.conform import algorithms
 from specref.proof.conform.checks import SEQ_N, SEQ_PROMPT, U_MAX, law_check, replayed_vectors_check, sequences_check
@@ -84,15 +84,15 @@ def one_call(verifier, case: Case, algorithm: str, level: float, rng, name: str 
 
     def sample():
         counts = stats.sample_verify(verifier, case.p, case.q, case.n, rng)
-        law = stats.rows_call_law(algorithms.CORRECT[algorithm], case.p, case.q)
+        law = laws.rows_call_law(algorithms.CORRECT[algorithm], case.p, case.q)
         return (counts, law) if marginal is None else (marginal(counts), marginal(law))
 
     def bug_laws():
-        laws = {}
+        bug_laws = {}
         for s in signatures:
-            bug = stats.rows_call_law(s.law, case.p, case.q)
-            laws[s.name] = marginal(bug) if marginal is not None else bug
-        return laws
+            bug = laws.rows_call_law(s.law, case.p, case.q)
+            bug_laws[s.name] = marginal(bug) if marginal is not None else bug
+        return bug_laws
 
     return law_check(name or f"one call: {case.name}", sample, bug_laws, signatures, level, case.n)
 

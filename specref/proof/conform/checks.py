@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref.proof import stats, vectors
+from specref.proof import laws, stats, vectors
 from specref.proof.verdict import Check
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).  A run reads it here
@@ -27,8 +27,8 @@ FIT_LEVEL = 1e-6
 FLOOR = 1e-12
 # The largest float64 below 1: a uniform that a test u < ratio passes only when the ratio is at least 1.
 U_MAX = 1.0 - 2.0 ** -53
-# Whole sequences: the suite's Markov-chain target and draft (stats.markov_pair).
-SEQ_V, SEQ_N, SEQ_PROMPT = stats.SEQ_V, stats.SEQ_N, stats.SEQ_PROMPT
+# Whole sequences: the suite's Markov-chain target and draft (laws.markov_pair).
+SEQ_V, SEQ_N, SEQ_PROMPT = laws.SEQ_V, laws.SEQ_N, laws.SEQ_PROMPT
 
 
 # ---------------------------------------------------------------- the diagnosis
@@ -61,15 +61,15 @@ def _diagnose(counts: Counter, correct: dict, signature_laws: dict) -> tuple[str
     return "", ll
 
 
-def _name_the_bug(check: Check, counts: Counter, law: dict, laws: dict, signatures: list) -> dict:
+def _name_the_bug(check: Check, counts: Counter, law: dict, bug_laws: dict, signatures: list) -> dict:
     """Diagnose a failing check from its counts: the known bug (laws: name -> exact law) they point to goes into
     check.bug and check.diagnosis.  Returns each bug's log-likelihood, for the run's summary."""
-    found, scores = _diagnose(counts, law, laws)
+    found, scores = _diagnose(counts, law, bug_laws)
     by_name = {s.name: s for s in signatures}
     if found in by_name:
         check.bug = found
         check.diagnosis = (f"looks like {found}: {by_name[found].about} (total variation "
-                           f"{total_variation(counts, laws[found]):.3f}; from the correct law "
+                           f"{total_variation(counts, bug_laws[found]):.3f}; from the correct law "
                            f"{total_variation(counts, law):.3f})")
     else:
         check.diagnosis = found
@@ -100,8 +100,8 @@ def sequences_check(name: str, loop: Callable, setting: str, level: float, rng: 
     suite's Markov-chain target and draft) against the exact law of the target's sequences: what plain sampling
     gives.  setting: the loop's trees and target, for the detail."""
     start = time.perf_counter()
-    target, draft = stats.markov_pair()
-    law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
+    target, draft = laws.markov_pair()
+    law = laws.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
     counts = stats.sample_sequences(loop(target, draft), runs, len(SEQ_PROMPT), rng)
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
     return Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} (all {SEQ_V ** SEQ_N} sequences "
