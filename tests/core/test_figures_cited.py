@@ -219,6 +219,8 @@ def test_the_checker_rejects_what_it_must():
         f"Scoring cost 1.1 decode steps at K = 4, T 0.8 ([raw]({raw})).",          # 1.1: 1.10 in the file rounds to it
         f"Theorem 3.8 with top-p 0.95, within 6%; NumPy 2.4; Eq. 1's 3.36 ([raw]({raw})).",  # none is a figure
         "",
+        "A table whose caption links no raw file:",
+        "",
         "| run | speedup |",
         "|---|---|",
         f"| greedy | 3.58x ([raw]({raw})) |",
@@ -233,7 +235,7 @@ def test_the_checker_rejects_what_it_must():
         "3.27x cites no raw file under figures/",
         "9.99x cites no raw file under figures/",
     ], problems
-    assert [p.split(":")[1] for p in problems] == ["3", "5", "7", "15"]
+    assert [p.split(":")[1] for p in problems] == ["3", "5", "7", "17"]
 
 
 def test_what_counts_as_a_figure():
