@@ -40,7 +40,7 @@ import numpy as np
 
 from specref.fast.machine import LoadWatch, cores
 from specref.lessons import plots
-from specref.lessons.blas import openblas_description
+from specref.fast.blas import openblas_description
 from specref.lessons.quick import quick_mode
 from specref.proof import laws, stats
 from specref.smollm2 import load_smollm2

@@ -17,17 +17,27 @@ per target call, both verifiers' expected tokens per call on the run's drafts (s
 
 BLAS threads: OPENBLAS_NUM_THREADS as `specref.__main__` sets it before NumPy is imported (1
 unless the environment says otherwise); `--blas-threads N` makes it N.  The JSON records it.
+
+BLAS kernels: it prints which core type's kernels OpenBLAS runs (`specref.fast.blas`) and records it.
+When OPENBLAS_CORETYPE forces them, it also measures the same costs in a child process with the variable
+unset (the kernels OpenBLAS picks for this CPU, with their own plan) and prints the two side by side:
+what forcing them costs on this CPU.  `--costs-only` measures the costs and skips the workloads.
 """
 
 import argparse
 import json
+import os
+import pathlib
 import resource
+import subprocess
+import sys
+import tempfile
 
 from specref import verifiers
 from specref.apps import demo, options
 from specref.apps.costs import TARGETS, VERIFY_TREE, measure_costs
 from specref.files import write_text
-from specref.fast import fast_model, load_fast
+from specref.fast import blas, fast_model, load_fast
 
 def format_table(costs: dict) -> str:
     """The measured costs as a readable table, each ratio beside its target."""
@@ -68,6 +78,34 @@ def format_table(costs: dict) -> str:
     lines.append(f"  (OPENBLAS_NUM_THREADS={costs['openblas_num_threads']}, medians of {costs['repeats']} repeats; the verdicts "
                  "are on the ratios of the medians; rounds: the middle half of the same ratio within each round)")
     return "\n".join(lines)
+
+
+def native_kernel_costs(args) -> dict:
+    """The same costs measured by a child `bench --costs-only` with OPENBLAS_CORETYPE unset: OpenBLAS's own kernels."""
+    env = {k: v for k, v in os.environ.items() if k != blas.CORETYPE_VAR}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = pathlib.Path(tmp) / "native.json"
+        command = [sys.executable, "-m", "specref", "bench", "--costs-only", "--repeats", str(args.repeats),
+                   "--json", str(out)] + (["--cache-dir", args.cache_dir] if args.cache_dir else [])
+        done = subprocess.run(command, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise RuntimeError(f"measuring under OpenBLAS's own kernels failed ({' '.join(command)}):\n"
+                               f"{done.stderr[-2000:]}")
+        return json.loads(out.read_text())
+
+
+def format_kernel_comparison(forced: dict, native: dict) -> str:
+    """The costs under the forced kernels beside those under OpenBLAS's own choice, same CPU, same run."""
+    a, b = forced["openblas"]["core"] or "forced", native["openblas"]["core"] or "own choice"
+    head = f"{a} (forced)"
+    rows = [f"  {'quantity':<34} {head:>16} {b + ' (its choice)':>22}",
+            f"  {'decode step (ms/token)':<34} {forced['decode_ms_per_token']:>16.1f} {native['decode_ms_per_token']:>22.1f}",
+            f"  {'decode / floor':<34} {forced['decode_over_stream']:>16.2f} {native['decode_over_stream']:>22.2f}"]
+    theirs = {int(K): r for K, r in native["score_ratio"].items()}  # a JSON round trip makes the keys strings
+    for K, r in forced["score_ratio"].items():
+        rows.append(f"  {f'score {int(K) + 1} tokens / decode (K={K})':<34} {r:>16.2f} {theirs[int(K)]:>22.2f}")
+    return "\n".join([f"OpenBLAS kernels: {blas.CORETYPE_VAR}={forced['openblas']['forced_core']} against the variable "
+                      f"unset, on this CPU in one run:"] + rows)
 
 
 def workload_row(r: demo.Run) -> dict:
@@ -117,6 +155,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replan", action="store_true",
                         help="measure this machine's plan for multiplying by the weights again (about half a "
                              "minute; it is otherwise measured once and cached)")
+    parser.add_argument("--costs-only", action="store_true",
+                        help="measure the costs only, not the demo's workloads")
     parser.add_argument("--one-thread", action="store_true",
                         help="run the machine's plan with every product on one thread (what a split costs "
                              "when another program holds the other cores)")
@@ -130,10 +170,23 @@ def run(args) -> int:
     model = load_fast(cache_dir=args.cache_dir, measure=True, remeasure=args.replan)
     if args.one_thread:
         model = fast_model(model, model.fast.on_one_thread())  # same layout, so the weights stay as they are
+    kernels = blas.openblas_info()
+    print(blas.openblas_description(kernels))
     print(f"measuring ({args.repeats} repeats each) ...", flush=True)
     print(model.fast.describe())
     costs = measure_costs(model, args.repeats)
+    costs["openblas"] = kernels
     print(format_table(costs))
+    if kernels["forced_core"]:
+        print(f"\n{blas.CORETYPE_VAR}={kernels['forced_core']} forces these kernels: measuring the same costs with it "
+              f"unset, in a child process (OpenBLAS's own kernels; the first time, their own plan too) ...", flush=True)
+        costs["native_kernels"] = native_kernel_costs(args)
+        print(format_kernel_comparison(costs, costs["native_kernels"]))
+    if args.costs_only:
+        if args.json:
+            write_text(args.json, json.dumps(costs, indent=2))
+            print(f"wrote {args.json}")
+        return 0
     print(f"\nthe demo's workloads ({args.max_new_tokens} new tokens, K={args.K}, default prompt) ...", flush=True)
     prompt_ids = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
     results = demo.run_workloads(model, prompt_ids, [(0.0, None), (0.8, 0.95)], list(demo.DRAFTS), args.K,

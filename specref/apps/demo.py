@@ -49,6 +49,7 @@ from specref.apps.costs import scoring_and_stream_ms
 from specref.apps.named_drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
+from specref.fast.blas import describe_kernels
 from specref.apps.timing import timed_generation
 from specref.proof.laws import ExpectedTokens
 from specref.runstats import RunStats
@@ -543,6 +544,7 @@ def run(args) -> int:
     t = time.perf_counter()
     model = load_fast(args.cache_dir, measure=True)
     print(f"loaded in {time.perf_counter() - t:.1f} s", flush=True)
+    print(describe_kernels(), flush=True)
     tok = model.tokenizer
     prompt_ids = tok.chat([{"role": "user", "content": args.prompt}])
     if len(prompt_ids) + args.max_new_tokens > model.config.context_length:

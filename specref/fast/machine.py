@@ -12,6 +12,7 @@ import time
 
 import numpy as np
 
+from specref.fast.blas import openblas_info
 from specref.smollm2.weights import Weights
 
 
@@ -52,8 +53,10 @@ def cpu_label(key: dict) -> str:
 
 def machine_key(weights: Weights) -> dict:
     """What a plan depends on: the CPU (name, family/model/stepping, SIMD flags), cores, NumPy and
-    its BLAS, the matrices' shapes.  Not the process's BLAS-thread setting: the fast path's
-    products pick their own threads (`Team`), so a notebook and a command share one plan."""
+    its BLAS, the core type whose kernels OpenBLAS runs (`specref.fast.blas`: OPENBLAS_CORETYPE can
+    force another, and a plan measured under one is wrong under the other), the matrices' shapes.
+    Not the process's BLAS-thread setting: the fast path's products pick their own threads
+    (`Team`), so a notebook and a command share one plan."""
     cpu = {"cpu": "", "cpu_id": "?/?/?", "simd": []}
     try:
         cpu = cpu_identity(pathlib.Path("/proc/cpuinfo").read_text())
@@ -67,7 +70,7 @@ def machine_key(weights: Weights) -> dict:
         blas = "unknown"
     shapes = [list(m.shape) for m in weights.matrices()[:4]] + [list(weights.head.shape)]
     return {**cpu, "cores": cores(), "numpy": np.__version__, "blas": blas,
-            "matrices": len(weights.matrices()), "shapes": shapes}
+            "blas_core": openblas_info()["core"] or "unknown", "matrices": len(weights.matrices()), "shapes": shapes}
 
 
 class LoadWatch:

@@ -43,6 +43,7 @@ BAD = {
         "--verify": [["--verify", "lossy"]],
         "--replan": [["--replan=yes"]],
         "--one-thread": [["--one-thread=yes"]],
+        "--costs-only": [["--costs-only=yes"]],
     },
     "humaneval": {
         "--limit": [["--limit", "0"], ["--limit", "165"]],

@@ -261,17 +261,27 @@ def test_lookup_n_reaches_the_lookup_drafts_and_keeps_their_results_apart(tmp_pa
     assert report["settings"]["lookup_n"] == 8 and len(report["rows"]) == 6   # ArS and uniform taken from the first run
 
 
-def test_the_default_lookup_n_keeps_the_keys_of_results_stored_before_the_option():
+def test_the_key_holds_the_settings_of_a_sample_and_the_kernels_that_timed_it(monkeypatch):
     args = parse(["--max-new-tokens", "96"])
     method = Method("prompt-lookup-adaptive", 4, *NUCLEUS)
-    before = {"kind": "table", "method": {"draft": "prompt-lookup-adaptive", "K": 4, "temperature": NUCLEUS[0],
-                                          "top_p": NUCLEUS[1]}, "verify": "token", "seed": 0,
-              "max_new_tokens": 96, "model": "m", "problems_sha256": HUMANEVAL_SHA256,
-              "ngram_order": NGRAM_ORDER, "prompt_lookup_n": 3, "stops": STOP_SEQUENCES,
-              "body_indent": BODY_INDENT}                    # the settings every stored result was keyed by
-    expected = hashlib.sha256(json.dumps(before, sort_keys=True).encode()).hexdigest()[:16]
+    monkeypatch.setattr(runner, "openblas_info", lambda: {"core": "SkylakeX"})
+    settings = {"kind": "table", "method": {"draft": "prompt-lookup-adaptive", "K": 4, "temperature": NUCLEUS[0],
+                                            "top_p": NUCLEUS[1]}, "verify": "token", "seed": 0,
+                "max_new_tokens": 96, "model": "m", "problems_sha256": HUMANEVAL_SHA256,
+                "ngram_order": NGRAM_ORDER, "prompt_lookup_n": 3, "stops": STOP_SEQUENCES,
+                "body_indent": BODY_INDENT, "blas_core": "SkylakeX"}
+    expected = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
     assert settings_key("table", method, args, "m") == expected
     assert settings_key("table", method, parse(["--max-new-tokens", "96", "--lookup-n", "8"]), "m") != expected
+    # OPENBLAS_CORETYPE forcing other kernels changes every timing: a resumed run does not reuse those results
+    monkeypatch.setattr(runner, "openblas_info", lambda: {"core": "Haswell"})
+    assert settings_key("table", method, args, "m") != expected
+
+
+@pytest.mark.parametrize("given, written", [("runs/a.json", "runs/a.jsonl"), ("runs/a.v1", "runs/a.v1.jsonl"),
+                                            ("runs/a.v2", "runs/a.v2.jsonl"), ("runs/a", "runs/a.jsonl")])
+def test_each_json_name_has_its_own_jsonl(given, written):
+    assert str(runner.results_path(given)) == written
 
 
 def test_k_sweep(tmp_path, code_model):

@@ -531,6 +531,23 @@ def test_a_library_load_never_measures_unless_asked(tmp_path, monkeypatch):
     assert calls == [1]
 
 
+def test_a_plan_measured_under_other_openblas_kernels_is_not_reused(tmp_path, monkeypatch):
+    """OPENBLAS_CORETYPE can force other kernels on the same CPU: the plan's key names the kernels that ran,
+    so a plan measured under Haswell's is measured again under SkylakeX's, and each is kept apart."""
+    w = tiny_weights()
+    calls, messages = [], []
+    monkeypatch.setattr(specref.fast.cache, "measure", fake_measure(calls))
+    monkeypatch.setattr(specref.fast.cache, "LoadWatch", lambda: types.SimpleNamespace(others=lambda: 0.0))
+    cores = {}
+    for core in ("Haswell", "SkylakeX", "Haswell"):
+        monkeypatch.setattr(specref.fast.machine, "openblas_info", lambda core=core: {"core": core})
+        plan_for(w, tmp_path, messages.append)
+        assert machine_key(w)["blas_core"] == core
+        cores[core] = plan_path(w, tmp_path)
+    assert len(calls) == 2 and cores["Haswell"] != cores["SkylakeX"]  # the second Haswell load read its own plan
+    assert json.loads(cores["SkylakeX"].read_text())["key"]["blas_core"] == "SkylakeX"
+
+
 def test_the_blas_thread_setting_does_not_change_the_machine_key(monkeypatch):
     w = tiny_weights()
     monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)

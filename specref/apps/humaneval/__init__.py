@@ -73,6 +73,7 @@ import sys
 
 from specref import verifiers
 from specref.fast import load_fast
+from specref.fast.blas import describe_kernels, openblas_info
 from specref.apps import options, sandbox
 from specref.apps.costs import measure_costs
 from specref.apps.humaneval.choices import choose, methods_for, sweep_methods
@@ -110,7 +111,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification); "
                              "stored results are kept apart per verifier")
     parser.add_argument("--json", type=options.output_file(parents=True, suffix_not=".jsonl"), default=None,
-                        help="write the results here; per-problem results go to the .jsonl beside it, "
+                        help="write the results here; per-problem results go to the .jsonl beside it (.json replaced by .jsonl, "
+                             "or .jsonl appended to any other name), "
                              "and a rerun with the same settings resumes from them")
     parser.add_argument("--k-sweep", type=options.K_list, default=None, metavar="K1,K2,...",
                         help="instead of the table, run Chen Figure 1's sweep over these K (nucleus sampling, "
@@ -143,6 +145,8 @@ def run(args, model=None) -> int:
         model = load_fast(cache_dir=args.cache_dir, measure=True)
     bench = Benchmark(problems, model, args, model_name=type(model).__name__ + ":SmolLM2-135M-Instruct.Q4_1")
     task_ids = [p.task_id for p in problems]
+    kernels = openblas_info()
+    print(describe_kernels(kernels))
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
           f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
     report: dict = {"settings": {"limit": args.limit, "K": args.K, "tree": getattr(args, "tree", None),
@@ -151,7 +155,7 @@ def run(args, model=None) -> int:
                                  "verify": getattr(args, "verify", "token"),
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
                                  "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),
-                                 "model": bench.model_name}}
+                                 "model": bench.model_name, "openblas": kernels}}
     costs = None
     if not args.no_bench_costs:
         print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")

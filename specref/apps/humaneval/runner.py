@@ -17,6 +17,7 @@ import numpy as np
 
 from specref import verifiers
 from specref.apps import sandbox
+from specref.fast.blas import openblas_info
 from specref.apps.demo import TREE_VERIFY, TreeProfile
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, Problem,
                                              check_completion, truncate_at_stop)
@@ -131,7 +132,9 @@ def lookup_n(args) -> int:
 
 
 def settings_key(kind: str, method: Method, args, model_name: str) -> str:
-    """What must match for a stored result to be reused: everything that changes the sample.
+    """What must match for a stored result to be reused: everything that changes the sample, and the OpenBLAS
+    kernels that timed it (`specref.fast.blas`: OPENBLAS_CORETYPE can force others on the same CPU, which changes
+    every timing), so a resumed run never mixes timings taken under two kernels.
 
     The lookup's longest match changes only the drafts that look up the context; every other
     method is stored under PROMPT_LOOKUP_N whatever --lookup-n says, so that its results (ArS's
@@ -144,8 +147,16 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
                 "seed": args.seed,
                 "max_new_tokens": args.max_new_tokens, "model": model_name,
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
-                "prompt_lookup_n": n, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT}
+                "prompt_lookup_n": n, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT,
+                "blas_core": openblas_info()["core"] or "unknown"}
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def results_path(json_path) -> pathlib.Path:
+    """Where the per-problem results of `--json PATH` go: PATH with .json replaced by .jsonl, or .jsonl appended to
+    any other name (so runs/a.v1 and runs/a.v2 keep apart: runs/a.v1.jsonl, runs/a.v2.jsonl)."""
+    path = pathlib.Path(json_path)
+    return path.with_suffix(".jsonl") if path.suffix == ".json" else path.with_name(path.name + ".jsonl")
 
 
 def read_results(path: pathlib.Path) -> dict[tuple[str, str], dict]:
@@ -196,7 +207,7 @@ class Benchmark:
         self.V = self.tokenizer.vocab_size
         self.prompt_ids = {p.task_id: self.tokenizer.encode(p.prompt + BODY_INDENT) for p in problems}
         self._solutions: list[list[int]] | None = None
-        self.results_path = (pathlib.Path(args.json).with_suffix(".jsonl") if args.json else None)
+        self.results_path = results_path(args.json) if args.json else None
         self.stored = read_results(self.results_path) if self.results_path else {}
         if self.results_path:
             self.results_path.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,9 @@
 `numpy.show_config()` names the BLAS NumPy was built with, and the kernels it was built for, but
 not the ones that run: NumPy's bundled OpenBLAS is built for many CPUs (DYNAMIC_ARCH) and picks a
 core type when it loads, from the CPU or from the environment variable OPENBLAS_CORETYPE.  The
-notebooks print it beside their timings, because the same CPU runs small products at very
-different speeds under different kernels (docs/performance.md).
+commands and notebooks print it beside their timings, and a fast-path plan is keyed on it
+(`specref.fast.machine.machine_key`), because the same CPU runs small products at very different
+speeds under different kernels (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -74,3 +75,22 @@ def openblas_description(info: dict | None = None) -> str:
     if info["threads_var"]:
         threads += f" ({info['threads_var']})"
     return f"NumPy's BLAS: {info['version'] or 'unknown'}, {core} kernels ({why}), {threads}"
+
+
+def forced_note(info: dict | None = None) -> str | None:
+    """When OPENBLAS_CORETYPE forces the kernels, a sentence saying so and where their cost is measured; else None."""
+    info = info or openblas_info()
+    if not info["forced_core"]:
+        return None
+    return (f"{CORETYPE_VAR}={info['forced_core']} is set: OpenBLAS runs {info['core'] or 'those'} kernels, not the "
+            f"ones it would pick for this CPU, and small products (scoring K + 1 tokens) can cost far more under "
+            f"them.  `python3 -m specref bench` measures both here; to run as a user's machine does, unset it for "
+            f"one command: env -u {CORETYPE_VAR} python3 -m specref ...")
+
+
+def describe_kernels(info: dict | None = None) -> str:
+    """The description line, followed by the forced-kernels sentence when it applies (what the commands print)."""
+    info = info or openblas_info()
+    note = forced_note(info)
+    return openblas_description(info) + (f"\n{note}" if note else "")
+

@@ -1,10 +1,10 @@
-"""specref.lessons.blas: the line notebooks print about NumPy's OpenBLAS."""
+"""specref.fast.blas: the line notebooks print about NumPy's OpenBLAS."""
 
 import sys
 
 import pytest
 
-from specref.lessons import blas
+from specref.fast import blas
 
 
 def test_the_running_openblas_is_read_on_linux():
