@@ -2,6 +2,7 @@
 status 2), the exit status is 0 when every check passes and 1 when any fails, and the report can go to JSON.
 (Bad option values are in tests/apps/test_cli.py's BAD table.)"""
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -340,3 +341,39 @@ def test_a_real_process_passes_a_reference_tree_verifier_and_fails_a_control(tmp
     r = python("-m", "specref", "conform", f"{tmp_path}/control.py:rrs_without_zeroing_p", "--algorithm", "tree-rrs")
     print(r.stdout)
     assert r.returncode == 1 and "diagnosis: rrs_without_zeroing_p: " in r.stdout, r.stderr
+
+
+def test_a_file_target_imports_its_sibling_files(tmp_path):
+    # before: ModuleNotFoundError for the sibling (the file's folder was not on the import path)
+    (tmp_path / "helper_for_conform_target.py").write_text("from specref import mrs\nverify = mrs.verify\n")
+    (tmp_path / "adapter_for_conform_target.py").write_text(
+        "from helper_for_conform_target import verify as _verify\n\ndef verify(x, p, q, rng):\n"
+        "    return _verify(x, p, q, rng)\n")
+    f = command.load_function(f"{tmp_path}/adapter_for_conform_target.py:verify")
+    assert f.__module__ == "adapter_for_conform_target" and callable(f)
+
+
+def test_a_specref_folder_that_shadows_the_installed_package_is_warned_of(tmp_path, monkeypatch, capsys):
+    installed, here = tmp_path / "site" / "specref", tmp_path / "cwd" / "specref"
+    assert command.shadow_warning(installed, installed) == "" and command.shadow_warning(here, None) == ""
+    assert f"in {here}, not the installed one in {installed}" in command.shadow_warning(here, installed)
+    monkeypatch.setattr(command, "installed_package", lambda: installed)  # the run prints it on stderr
+    monkeypatch.setattr(conform, "check", lambda *a, **k: _report(True))
+    assert command.run(command_args("specref.mrs:verify")) == 0
+    assert "not the installed one" in capsys.readouterr().err
+
+
+def command_args(target):
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser.parse_args([target])
+
+
+def test_reseed_globals_reaches_the_adapter():
+    args = command_args("specref.mrs:verify")
+    command.check_args(args)
+    assert args.adapter.reseed_globals is False
+    args = command_args("specref.mrs:verify")
+    args.reseed_globals = True
+    command.check_args(args)
+    assert args.adapter.reseed_globals is True

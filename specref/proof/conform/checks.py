@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from specref.proof import stats, vectors
+from specref.proof.conform import globalrng
 from specref.proof.verdict import Check
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).  A run reads it here
@@ -144,12 +145,20 @@ def replayed_vectors_check(verifier, function: str, chosen: list[dict], args: Ca
 
 
 def probe_injectable(verifier, args: tuple) -> str:
-    """'' if the verifier, called with `args` and an rng that has only random(), draws only random() from it, else
-    why the exact tier is skipped."""
+    """'' if the verifier, called with `args` and injected uniforms (an rng that has only random(), which the global
+    generators also draw from: `adapt`), draws at least one of them and nothing else from it, else why the exact
+    tier is not run."""
+    uniforms = vectors.ListedUniforms([], tail=0.5)
     try:
-        verifier(*args, vectors.ListedUniforms([], tail=0.5))
+        verifier(*args, uniforms)
     except (AttributeError, TypeError) as e:
         return f"the verifier uses more of the generator than random() ({type(e).__name__}: {e})"
+    except globalrng.NotDriven as e:
+        return f"the verifier draws from a global generator in a way the checker cannot drive ({e})"
     except Exception:  # noqa: BLE001  (another error is for the checks to report)
         return ""
+    if uniforms.used == 0:
+        return ("the verifier drew none of the checker's uniforms: its randomness comes from a generator the checker "
+                "does not reach (one it makes itself, one handed a seed, or a name imported before the run such as "
+                "`from random import random`)")
     return ""

@@ -19,6 +19,10 @@ from specref.proof.conform import algorithms, checks as levels
 from specref.proof.verdict import Check, Verdict
 
 
+# The name of the check that stands for an exact tier that did not run.
+EXACT_NOT_RUN = "exact tier not run"
+
+
 @dataclass
 class Report(Verdict):
     """Every check of one run, and what the run's false-alarm rate is."""
@@ -49,6 +53,19 @@ class Report(Verdict):
         return "\n".join(lines)
 
     __str__ = text
+
+    @property
+    def exact_not_run(self) -> bool:
+        """Whether the exact tier did not run (turned off, or the checker's uniforms could not reach the function)."""
+        return any(c.name == EXACT_NOT_RUN for c in self.checks)
+
+    def verdict(self) -> str:
+        """Verdict's, except that a pass without the exact tier says so: the bugs only chosen uniforms see (a coin
+        u <= ratio that keeps a token of probability 0 at u = 0) were not looked for."""
+        verdict = super().verdict()
+        if verdict == "PASSED" and self.exact_not_run:
+            return "PASSED THE STATISTICAL TIER ONLY (exact tier not run: see its line)"
+        return verdict
 
     def untested_line(self) -> str:
         """Which checks tested nothing at this run's sizes, and the scale at which all of them would."""
