@@ -316,7 +316,6 @@ def test_a_tree_algorithm_reaches_the_checker(monkeypatch, capsys):
     monkeypatch.setattr(conform, "check", fake_check)
     cli = importlib.import_module("specref.__main__")
     assert cli.main(["conform", "specref.mrs_tree:verify_tree_rrs", "--algorithm", "tree-rrs", "--log-probs", "--batch"]) == 0
-    from specref import mrs
     assert seen["function"] is mrs_tree.verify_tree_rrs and seen["algorithm"] == "tree-rrs"
     assert seen["adapter"].log_probs and seen["adapter"].batch
     assert "PASSED" in capsys.readouterr().out

@@ -116,7 +116,7 @@ def test_reseed_globals_makes_a_global_verifier_reproducible():
     assert first != [g(tokens, parents, p, q, np.random.default_rng(s)).tolist() for s in range(30)]
 
 
-@pytest.mark.slow  # two whole tree runs, about a minute
+@pytest.mark.slow  # two whole tree runs at default size: 5 minutes on a loaded 2-core machine
 def test_an_inclusive_coin_from_pythons_random_fails_a_default_tree_topk_run():
     failed = conform.check(inclusive_python_random, algorithm="tree-topk")
     assert not failed.passed and "inclusive_zero_coin" in failed.diagnosis, failed.text()

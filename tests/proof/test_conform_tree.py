@@ -334,3 +334,34 @@ def test_the_one_call_check_names_every_control_it_can_see(algorithm, name):
         assert check.passed
         return
     assert check.passed is False and check.bug == name, check.diagnosis
+
+
+# ---------------------------------------------------------------- outputs the law forbids, shown
+
+def test_an_output_the_law_forbids_is_printed_with_its_count_and_where_it_left_the_law():
+    # before: the check printed only "chi2=inf dof=0"
+    law = {(0, 1): 0.5, (0, 2): 0.25, (1,): 0.25}
+    text = conform.forbidden(Counter({(0, 1): 40, (0, 3): 7, (1,): 3}), law)
+    assert text.startswith("7 of 50 outputs have probability 0") and "[0, 3] seen 7 times" in text
+    assert "leaving the law at the last token (3 after [0])" in text
+    assert "token 1 of 2 (2 after [])" in conform.forbidden(Counter({(2, 0): 1}), law)
+    assert conform.forbidden(Counter({(0, 1): 5}), law) == ""  # the control: nothing forbidden, nothing said
+    check, _ = conform.law_check("one call", lambda: (Counter({(0, 3): 1, (0, 1): 9}), law), lambda: {}, [], SHARE, 10)
+    assert not check.passed and "[0, 3] seen 1 times" in check.detail and "inf" not in check.detail
+
+
+def test_the_every_output_watch_checks_the_last_token():
+    tokens, parents = np.array([0, 1]), np.array([-1, -1])
+    p, q = np.full((3, 4), 0.25), np.array([[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5], [0.25] * 4])
+    assert conform.path_problem([0, 2], tokens.tolist(), parents.tolist(), q) == ""
+    assert conform.path_problem([0, 1], tokens.tolist(), parents.tolist(), q) == \
+        "the last token has q(x) = 0 at the node it follows"  # before: not looked at
+    assert conform.path_problem([3], tokens.tolist(), parents.tolist(), q) == \
+        "the last token has q(x) = 0 at the node it follows"
+    watched = conform.Watched(lambda *a: np.array([0, 1]), conform.TREE_CALL)
+    watched(tokens, parents, p, q, None)
+    check = conform.form_check(watched, "every output seen")
+    assert not check.passed and "last token has q(x) = 0" in check.detail and "-> [0, 1]" in check.detail
+    chain = conform.Watched(lambda *a: np.array([0, 3]), conform.CHAIN_CALL)  # the chain's watch too
+    chain(np.array([0]), p[:1], np.array([[0.5, 0.5, 0, 0], [0.5, 0.5, 0, 0]]), None)
+    assert "the last token has q(x) = 0" in conform.form_check(chain, "every output seen").detail

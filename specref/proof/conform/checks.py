@@ -77,6 +77,34 @@ def _name_the_bug(check: Check, counts: Counter, law: dict, laws: dict, signatur
     return scores
 
 
+# ---------------------------------------------------------------- outputs the law forbids
+
+def left_the_law(output, law: dict) -> str:
+    """Where `output` (a tuple of tokens) leaves the support of `law`: the first token after which no output of
+    positive probability goes on as it does, counted from 1 ("the last token" when only the last one is)."""
+    if not isinstance(output, tuple):
+        return ""
+    possible = [k for k, v in law.items() if v > 0 and isinstance(k, tuple)]
+    j = max([i for i in range(len(output) + 1) if any(k[:i] == output[:i] for k in possible)], default=0)
+    if j >= len(output):
+        return ""
+    where = "the last token" if j == len(output) - 1 else f"token {j + 1} of {len(output)}"
+    return f", leaving the law at {where} ({output[j]} after {list(output[:j])})"
+
+
+def forbidden(counts: Counter, law: dict) -> str:
+    """'' if every counted output has positive probability under `law`, else which outputs do not: how many, the most
+    frequent with its count and where it leaves the law."""
+    bad = Counter({k: c for k, c in counts.items() if not law.get(k, 0.0) > 0.0})
+    if not bad:
+        return ""
+    (first, count), n = bad.most_common(1)[0], sum(counts.values())
+    shown = list(first) if isinstance(first, tuple) else first
+    more = f"; {len(bad) - 1} other forbidden outputs, {sum(bad.values()) - count} times" if len(bad) > 1 else ""
+    return (f"{sum(bad.values())} of {n} outputs have probability 0 under the exact law: {shown} seen {count} times"
+            f"{left_the_law(first, law)}{more}")
+
+
 # ---------------------------------------------------------------- chi-square checks
 
 def law_check(name: str, sample: Callable[[], tuple[Counter, dict]], bug_laws: Callable[[], dict], signatures: list,
@@ -87,7 +115,9 @@ def law_check(name: str, sample: Callable[[], tuple[Counter, dict]], bug_laws: C
     start = time.perf_counter()
     counts, law = sample()
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
-    check = Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof}{about}", pvalue, level, n)
+    impossible = forbidden(counts, law)
+    statistic = impossible if impossible else f"chi2={stat:.1f} dof={dof}"
+    check = Check(name, "statistical", pvalue > level, f"{statistic}{about}", pvalue, level, n)
     scores = {}
     if not check.passed:
         scores = _name_the_bug(check, counts, law, bug_laws(), signatures)
@@ -105,7 +135,8 @@ def sequences_check(name: str, loop: Callable, setting: str, level: float, rng: 
     law = stats.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
     counts = stats.sample_sequences(loop(target, draft), runs, len(SEQ_PROMPT), rng)
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
-    return Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} (all {SEQ_V ** SEQ_N} sequences "
+    statistic = forbidden(counts, law) or f"chi2={stat:.1f} dof={dof}"
+    return Check(name, "statistical", pvalue > level, f"{statistic} (all {SEQ_V ** SEQ_N} sequences "
                  f"of {SEQ_N} tokens, {setting})", pvalue, level, runs, seconds=time.perf_counter() - start)
 
 
