@@ -73,23 +73,27 @@ def _name_the_bug(check: Check, counts: Counter, law: dict, laws: dict, signatur
                            f"{total_variation(counts, laws[found]):.3f}; from the correct law "
                            f"{total_variation(counts, law):.3f})")
     else:
-        check.diagnosis = found
+        evidence = forbidden(counts, law) or largest_deviation(counts, law)
+        check.diagnosis = f"{found}; {evidence}" if found else NO_BUG_FITS + evidence
     return scores
 
 
 # ---------------------------------------------------------------- outputs the law forbids
 
 def left_the_law(output, law: dict) -> str:
-    """Where `output` (a tuple of tokens) leaves the support of `law`: the first token after which no output of
-    positive probability goes on as it does, counted from 1 ("the last token" when only the last one is)."""
-    if not isinstance(output, tuple):
+    """Where `output` (a tuple of tokens) leaves the support of `law`: the first token that no output of positive
+    probability has there after the same tokens (a token before the last must be followed as it is; the last must
+    end an output of the same length)."""
+    if not isinstance(output, tuple) or not output:
         return ""
     possible = [k for k, v in law.items() if v > 0 and isinstance(k, tuple)]
-    j = max([i for i in range(len(output) + 1) if any(k[:i] == output[:i] for k in possible)], default=0)
-    if j >= len(output):
-        return ""
-    where = "the last token" if j == len(output) - 1 else f"token {j + 1} of {len(output)}"
-    return f", leaving the law at {where} ({output[j]} after {list(output[:j])})"
+    n = len(output)
+    for i in range(n):
+        if i < n - 1 and any(len(k) > i + 1 and k[:i + 1] == output[:i + 1] for k in possible):
+            continue
+        where = "the last token" if i == n - 1 else f"token {i + 1} of {n}"
+        return f", leaving the law at {where} ({output[i]} after {list(output[:i])})"
+    return ""
 
 
 def forbidden(counts: Counter, law: dict) -> str:
@@ -103,6 +107,22 @@ def forbidden(counts: Counter, law: dict) -> str:
     more = f"; {len(bad) - 1} other forbidden outputs, {sum(bad.values()) - count} times" if len(bad) > 1 else ""
     return (f"{sum(bad.values())} of {n} outputs have probability 0 under the exact law: {shown} seen {count} times"
             f"{left_the_law(first, law)}{more}")
+
+
+def largest_deviation(counts: Counter, law: dict) -> str:
+    """The output whose count is furthest from the law's expectation (in standard deviations), with both counts."""
+    n = sum(counts.values())
+    def z(k):
+        expected = n * float(law.get(k, 0.0))
+        return abs(counts.get(k, 0) - expected) / np.sqrt(max(expected, 1.0))
+    k = max(set(counts) | {k for k, v in law.items() if v > 0}, key=z)
+    shown = list(k) if isinstance(k, tuple) else k
+    return f"the output {shown} seen {counts.get(k, 0)} times in {n} where the exact law expects " \
+           f"{n * float(law.get(k, 0.0)):.1f}"
+
+
+# A failing check's diagnosis when no known bug's law fits its counts: this, then the evidence.
+NO_BUG_FITS = "no known bug's law fits: "
 
 
 # ---------------------------------------------------------------- chi-square checks

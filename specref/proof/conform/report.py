@@ -122,20 +122,43 @@ def edge_names(report: Report) -> str:
     return "; ".join(f"{name}: {about} (the check '{c.name}' failed)" for c, name, about in found)
 
 
+def evidence(report: Report) -> str:
+    """The most telling evidence among the failing checks when no known bug explains them: an output the exact law
+    forbids (a statistical check's, then the every-output watch's), else the largest deviation of the first failing
+    check whose counts no known law fits."""
+    failed = report.failed
+    for c in failed:
+        if c.tier == "statistical" and "have probability 0 under the exact law" in c.detail:
+            return f"'{c.name}': {c.detail}"
+    for c in failed:
+        if c.name == "every output seen":
+            return f"'{c.name}': {c.detail}"
+    for c in failed:
+        if c.diagnosis.startswith(levels.NO_BUG_FITS):
+            return f"'{c.name}': {c.diagnosis[len(levels.NO_BUG_FITS):]}"
+    return ""
+
+
+def unknown(report: Report) -> str:
+    """The diagnosis when no known bug explains the failing checks: said first, then the evidence."""
+    shown = evidence(report)
+    return "no known bug explains the failing checks" + (f"; the evidence: {shown}" if shown else
+                                                          " (see the failing checks)")
+
+
 def summary(report: Report, ll_sum: Counter, signatures: list) -> str:
-    """The diagnosis of a run that went through every check: over every failing one-call check, the bug under which
-    all their counts together are likeliest (ll_sum: each bug's summed log-likelihood); a failing exact-tier edge
-    check names the shipped bug it is the signature of."""
+    """The diagnosis of a run that went through every check: the known bug that the failing edge checks are the
+    signature of, and the bug that a failing one-call check names (its law fits the counts, and is likelier than the
+    correct law and every other bug's), the one under which all their counts together are likeliest (ll_sum: each
+    bug's summed log-likelihood).  When no known bug's law fits, it says so first and shows the evidence (`unknown`):
+    a bug is never named only for being the least unlikely."""
     if not report.failed:
         return ""
     edge = edge_names(report)
-    if not ll_sum:
-        return edge or "no known bug's signature matches (see the failing checks)"
-    best = max(ll_sum, key=ll_sum.get)
     named = Counter(c.bug for c in report.failed if c.bug)
+    if not named:
+        return edge or unknown(report)
+    best = max(named, key=lambda name: (ll_sum.get(name, float("-inf")), named[name]))
     looks_like = {s.name: s.about for s in signatures}[best]
-    if named[best]:
-        found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
-    else:
-        found = f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+    found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
     return f"{edge}; {found}" if edge else found
