@@ -409,3 +409,12 @@ def test_the_run_diagnosis_names_no_bug_whose_law_does_not_fit():
     text = conform._summary(conform.Report("f", "tree-mss", 0, checks=[named, unknown]), Counter({"sibling_row": -5.0}),
                             bugs)
     assert text.startswith("sibling_row: ") and "named by 1 of the 2 failing checks" in text
+
+
+def test_the_coverage_line_states_the_temperature_a_bug_was_sized_at():
+    # before: "bonus_unwarped (99%)", as if a run at T = 1 (where that bug changes nothing) covered it
+    checks = [conform.Check("one call: independent", "statistical", True, "", 0.5, SHARE, 4000)]
+    line = conform.Report("f", "tree-mss", 0, checks=checks).coverage()
+    assert "bonus_unwarped (" in line and "bonus_unwarped at temperature 0.7" in line, line
+    assert "at T = 1 bonus_unwarped changes nothing" in line and "temperature other than 1" in line
+    assert conform.algorithms.sized_at(["sibling_row (100%)"]) == ""  # the control: a bug no parameter hides

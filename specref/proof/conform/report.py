@@ -89,9 +89,11 @@ class Report(Verdict):
         counted = {c.name: c.samples for c in stat if not c.untested}
         unseen = [c.name for c in stat if c.untested]
         what, yes, no = algorithms.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+        sized = algorithms.sized_at(yes)
         return (f"{what} this run catches with >= 95% power: {', '.join(yes) or 'none'}"
                 + (f"; with less: {', '.join(no)}" if no else "")
-                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else ""))
+                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else "")
+                + (f"; {sized}" if sized else ""))
 
     def to_json(self) -> dict:
         return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
