@@ -22,7 +22,7 @@ import pytest
 from specref.proof import cases, conform, power, stats, tree
 from specref.proof.vectors import ListedUniforms
 from specref import trees
-from specref import mrs_tree
+from specref import mrs, mrs_tree
 
 ALGORITHMS = list(tree.ALGORITHMS)
 REFERENCES = {a: tree.ALGORITHMS[a].verifier for a in ALGORITHMS}
@@ -125,7 +125,7 @@ def test_depth_first_numbering_keeps_parents_first_and_siblings_in_order():
     assert sorted(trees.node_paths(t, p)) == sorted(trees.node_paths(tokens, parents))
     setting = cases.TreeSetting(next(c for c in cases.tree_cases() if c.depth_first))
     tokens, parents, p, q = setting.call("iid", np.random.default_rng(0))
-    assert list(parents) == [-1, 0, -1, 2, -1, 4] and p.shape == q.shape == (7, 4)  # 3x1, depth first
+    assert list(parents) == [-1, 0, -1, -1] and p.shape == q.shape == (5, 4)  # 3x1, the first branch kept, depth first
 
 
 # ---------------------------------------------------------------- hostile outputs
@@ -242,7 +242,7 @@ def test_a_small_run_of_a_reference_runs_every_tier_at_the_family_level_over_6(s
     names = [c.name for c in small_topk.checks]
     assert names == ["vectors (verify_tree_topk)", "edge q(x) = 0, u = 0", "edge certain accept, u -> 1",
                      "edge all-zero residual", "one call: independent", "one call: close",
-                     "one call: close_3x1_depth_first", "one call: large_vocabulary", "sequences 2x2",
+                     "one call: close_uneven_depth_first", "one call: large_vocabulary", "sequences 2x2",
                      "sequences 1x1x1", "every output seen", "edge q on the children, large V"]
     stat = [c for c in small_topk.checks if c.level is not None]
     assert len(stat) == 6 and all(c.level == pytest.approx(SHARE, rel=1e-12) for c in stat)
@@ -411,10 +411,37 @@ def test_the_run_diagnosis_names_no_bug_whose_law_does_not_fit():
     assert text.startswith("sibling_row: ") and "named by 1 of the 2 failing checks" in text
 
 
-def test_the_coverage_line_states_the_temperature_a_bug_was_sized_at():
-    # before: "bonus_unwarped (99%)", as if a run at T = 1 (where that bug changes nothing) covered it
+def test_the_coverage_line_states_the_temperature_a_bug_was_sized_at(monkeypatch):
+    # before: "bonus_unwarped (99%)", as if a run at T = 1 (where that bug changes nothing) covered it.  (The powers
+    # are power.tree_caught's, measured elsewhere; here they are given, so that the test takes no time.)
+    monkeypatch.setattr(conform.algorithms.power, "tree_caught",
+                        lambda *a: (["wrong_logits_slice (100%)", "bonus_unwarped (99%)"], ["inclusive_zero_coin (0%)"]))
     checks = [conform.Check("one call: independent", "statistical", True, "", 0.5, SHARE, 4000)]
     line = conform.Report("f", "tree-mss", 0, checks=checks).coverage()
     assert "bonus_unwarped (" in line and "bonus_unwarped at temperature 0.7" in line, line
     assert "at T = 1 bonus_unwarped changes nothing" in line and "temperature other than 1" in line
     assert conform.algorithms.sized_at(["sibling_row (100%)"]) == ""  # the control: a bug no parameter hides
+
+
+# ---------------------------------------------------------------- uneven trees
+
+def shallow_leaf_from_parent(tokens, parents, p, q, rng):  # a padding bug: a path that ends above the deepest level
+    out = mrs_tree.verify_tree_topk(tokens, parents, p, q, rng)  # draws its last token from the root's row instead
+    if 1 < len(out) < trees.depth(list(parents)) + 1:
+        out[-1] = mrs.sample(q[0], rng)
+    return out
+
+
+def test_the_drawn_trees_include_branches_of_different_depths():
+    # before: every case drew full trees (all leaves at the same depth), so padding code for short branches never ran
+    case = next(c for c in cases.tree_cases() if c.uneven)
+    tokens, parents, p, q = cases.TreeSetting(case).call("iid", np.random.default_rng(0))
+    paths = trees.node_paths(tokens.tolist(), parents.tolist())
+    leaves = [i for i in range(len(tokens)) if i not in parents]
+    assert sorted({len(paths[i]) for i in leaves}) == [1, 2]
+    assert cases.first_branch_only([5, 6, 7, 8, 9, 10], [-1, -1, -1, 0, 1, 2]) == ([5, 6, 7, 8], [-1, -1, -1, 0],
+                                                                                 [0, 1, 2, 3])
+    run = replace(case, n=1000)
+    bad = conform.one_call_check(shallow_leaf_from_parent, run, "tree-topk", SHARE, np.random.default_rng(1))
+    good = conform.one_call_check(mrs_tree.verify_tree_topk, run, "tree-topk", SHARE, np.random.default_rng(1))
+    assert not bad.passed and good.passed, (bad.line(), good.line())  # the bug fails, the reference passes
