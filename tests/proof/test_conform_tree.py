@@ -445,3 +445,28 @@ def test_the_drawn_trees_include_branches_of_different_depths():
     bad = conform.one_call_check(shallow_leaf_from_parent, run, "tree-topk", SHARE, np.random.default_rng(1))
     good = conform.one_call_check(mrs_tree.verify_tree_topk, run, "tree-topk", SHARE, np.random.default_rng(1))
     assert not bad.passed and good.passed, (bad.line(), good.line())  # the bug fails, the reference passes
+
+
+def renormalising_topk(tokens, parents, p, q, rng):  # correct code that renormalises q first
+    return mrs_tree.verify_tree_topk(tokens, parents, p, q / q.sum(axis=-1, keepdims=True), rng)
+
+
+def test_a_vector_with_unnormalised_rows_is_not_blamed_on_the_order_of_uniforms():
+    # before: "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in another order ...)"
+    check = conform.exact_checks(renormalising_topk, "tree-topk")[0]
+    assert not check.passed and "topk_children_cover_q_rounding" in check.detail, check.line()
+    assert check.diagnosis.startswith("only vectors whose rows do not sum to 1 give other tokens "
+                                      "(topk_children_cover_q_rounding: q's rows sum to 0.999999, 1, 1)"), check.line()
+    assert "another order" not in check.diagnosis
+    wrong_order = conform.exact_checks(lambda t, par, p, q, rng: mrs_tree.verify_tree_topk(
+        t, par, p, q, ListedUniforms(list(rng.random(8))[::-1])), "tree-topk")[0]  # the control: other vectors fail
+    assert not wrong_order.passed and "only vectors whose rows" not in wrong_order.diagnosis, wrong_order.line()
+
+
+def test_the_bug_texts_cite_eagles_range_and_both_coin_grids():
+    # before: "EAGLE 8009b6d" (a merge in the middle of the bug's life) and only float32's "2^-24"
+    bugs = tree.ALGORITHMS["tree-topk"].bug
+    assert "6aa1ed8 until 50fc246 / c892473" in bugs["bonus_unwarped"].about and "8009b6d" not in \
+        bugs["bonus_unwarped"].about
+    assert "2^-24" in bugs["inclusive_zero_coin"].about and "random() with chance 2^-53" in \
+        bugs["inclusive_zero_coin"].about

@@ -183,16 +183,33 @@ def replayed_vectors_check(verifier, function: str, chosen: list[dict], args: Ca
 
     got = outcomes(verifier)
     wrong = [(c["name"], c[recorded], g) for c, g in zip(chosen, got) if g != c[recorded]]
+    loose = {c["name"]: unnormalised(c) for c in chosen if unnormalised(c)}
     check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors give "
                   "the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
                                            if wrong else ""), samples=len(chosen))
     if wrong:
         same = [b.name for b in bugs if outcomes(b) == got]
+        only_loose = all(name in loose for name, _, _ in wrong)
         check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
+                           "only vectors whose rows do not sum to 1 give other tokens ("
+                           + "; ".join(f"{name}: {loose[name]}" for name, _, _ in wrong) +
+                           "): code that renormalises p or q gives other tokens there and may still be right; the "
+                           "law checks decide" if only_loose else
                            "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
                            f"another order than {documented} documents)")
     check.seconds = time.perf_counter() - start
     return check
+
+
+def unnormalised(case: dict) -> str:
+    """'' if a vector's p and q rows each sum to 1 (to 1e-9), else which do not and their sums."""
+    out = []
+    for key in ("p", "q"):
+        if key in case:
+            sums = np.asarray(case[key], dtype=np.float64).sum(axis=-1).reshape(-1)
+            if np.any(np.abs(sums - 1.0) > 1e-9):
+                out.append(f"{key}'s rows sum to {', '.join(f'{s:.9g}' for s in sums)}")
+    return " and ".join(out)
 
 
 def probe_injectable(verifier, args: tuple) -> str:
