@@ -11,10 +11,11 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from specref.apps import conform as command
-from specref.proof import conform
+from specref.proof import conform, pipeline
 from specref import mrs_tree
 
 from tests.apps.test_cli import ROOT, assert_one_error_line, python
@@ -376,3 +377,21 @@ def test_reseed_globals_reaches_the_adapter():
     args.reseed_globals = True
     command.check_args(args)
     assert args.adapter.reseed_globals is True
+
+
+def _two_token_plain(n, seed):  # the exact law {(0, 0): 1/2, (0, 1): 1/2}
+    return np.stack([np.zeros(n, dtype=np.int64), np.random.default_rng(seed).integers(2, size=n)], axis=1)
+
+
+def test_the_pipelines_impossible_sequence_check_counts_them():
+    # the check's count was never tested: a fault that never counted one survived the suite
+    def one_impossible(n, seed):
+        out = _two_token_plain(n, seed)
+        out[5] = [1, 1]  # probability 0 under the law
+        return out
+    law = {(0, 0): 0.5, (0, 1): 0.5}
+    report = pipeline.check_pipeline(one_impossible, _two_token_plain, samples=300, vocabulary=2, law=law)
+    check = {c.name: c for c in report.checks}["no impossible sequence"]
+    assert check.passed is False and "1 speculative, 0 plain, e.g. [1, 1]" in check.detail, check.line()
+    control = pipeline.check_pipeline(_two_token_plain, _two_token_plain, samples=300, vocabulary=2, law=law)
+    assert {c.name: c for c in control.checks}["no impossible sequence"].passed is True

@@ -19,7 +19,7 @@ import pytest
 
 from specref import mrs, verifiers
 from specref.proof import conform, power, stats, vectors
-from specref.proof.bugs import broken
+from specref.proof.bugs import broken, shipped
 
 
 # "name/algorithm" -> (a known bug, the algorithm it is checked as): every law the checker can name, from its
@@ -350,3 +350,17 @@ def test_total_variation_and_count_marginal():
     law = {(0,): 0.5, (1,): 0.5}
     assert conform.total_variation(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
     assert conform._count_marginal({(1, 2): 0.25, (3,): 0.5, (0, 1, 2): 0.25}) == {(1,): 0.25, (0,): 0.5, (2,): 0.25}
+
+
+@pytest.mark.parametrize("inclusive", [True, False], ids=["bug", "control"])
+def test_the_zero_coin_laws_are_their_coins_enumerated(inclusive):
+    # on a coarse grid (a coin of 3 bits: 0, 1/8, ..., 7/8) the law of keeping the draft is a count of coins, so a law
+    # computed as a continuous coin's (min(1, ratio)) differs; at 24 bits no test could see it, and such a fault survived
+    coin = shipped.InclusiveCoin(inclusive=inclusive, bits=3)
+    for ratio in (0.0, 0.25, 0.3, 0.99, 1.0):
+        p = np.array([[0.5, 0.5]])
+        q = np.array([[0.5 * ratio, 1 - 0.5 * ratio], [0.5, 0.5]])
+        kept = sum(v for out, v in coin.law(np.array([0]), p, q).items() if len(out) == 2)
+        coins = [k / 8 for k in range(8)]
+        expected = sum((u <= ratio) if inclusive else (u < ratio) for u in coins) / 8
+        assert kept == pytest.approx(expected, abs=1e-12), (ratio, kept, expected)

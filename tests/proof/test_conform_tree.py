@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from specref.proof import cases, conform, power, stats, tree
+from specref.proof.conform import tree as tree_part
 from specref.proof.vectors import ListedUniforms
 from specref import trees
 from specref import mrs, mrs_tree
@@ -470,3 +471,15 @@ def test_the_bug_texts_cite_eagles_range_and_both_coin_grids():
         bugs["bonus_unwarped"].about
     assert "2^-24" in bugs["inclusive_zero_coin"].about and "random() with chance 2^-53" in \
         bugs["inclusive_zero_coin"].about
+
+
+@pytest.mark.default_cases("tree-topk")
+@pytest.mark.parametrize("algorithm", ["tree-topk", "tree-mss"])
+def test_the_large_vocabulary_whole_path_check_fails_a_verifier_that_stops_short(algorithm):
+    # it was never seen failing: a fault that made it always pass survived the suite
+    def stops_at_the_root(tokens, parents, p, q, rng):  # rejects every child: one token
+        return np.array([mrs.sample(q[0], rng)])
+    short = tree_part.certain_check(stops_at_the_root, algorithm, np.random.default_rng(0))
+    assert short.passed is False and "0 of 50 calls kept a whole path" in short.detail, short.line()
+    whole = tree_part.certain_check(REFERENCES[algorithm], algorithm, np.random.default_rng(0))  # the control
+    assert whole.passed is True, whole.line()
