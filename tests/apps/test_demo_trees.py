@@ -6,7 +6,6 @@ where no tree pays.  humaneval's choice is the demo's, stored with the results a
 target: seconds).
 """
 
-import json
 import types
 from fractions import Fraction
 
@@ -15,7 +14,6 @@ import pytest
 
 from specref import mrs_tree, speedup
 from specref.apps import demo
-from specref.proof import tree as prooftree
 from specref.trees import Tree
 from specref.proof import tree_rule
 
