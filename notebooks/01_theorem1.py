@@ -160,7 +160,7 @@ print(f"chi-square {stat:.2f} on {dof} dof, p-value {pval:.3f}")
 #
 # ### Checked on a model small enough to enumerate
 #
-# A target and a draft that are Markov chains over 3 tokens (`specref.proof.stats.MarkovChain`): every sequence of
+# A target and a draft that are Markov chains over 3 tokens (`specref.proof.laws.MarkovChain`): every sequence of
 # $N = 3$ new tokens has a known probability (`laws.sequence_law`). SpS with $K = 2$ must reproduce it; the same
 # test on a variant that draws the bonus token from the wrong row, $q[K-1]$ instead of $q[K]$
 # (`specref.proof.bugs.broken.bonus_wrong_row`), must fail.

@@ -26,10 +26,15 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import re
+import sys
 from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import specref
 
 from specref import verifiers
 from specref.apps import options
@@ -79,7 +84,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-probs", action="store_true", help="FUNCTION takes log p and log q instead of p and q")
     parser.add_argument("--rng", choices=("generator", "seed", "torch", "none"), default="generator",
                         help="what FUNCTION takes last: an object with .random() (default), an integer seed, "
-                             "a torch.Generator, or nothing (it draws its own randomness)")
+                             "a torch.Generator, or nothing (it draws from Python's random, NumPy's or torch's "
+                             "global generator, which the exact tier drives from its uniforms)")
+    parser.add_argument("--reseed-globals", action="store_true",
+                        help="before each call, seed Python's random, NumPy's global generator and torch's (if "
+                             "imported) from the checker's rng, for a FUNCTION that draws from them (with --rng none)")
     parser.add_argument("--returns", choices=("tokens", "count-and-token"), default="tokens",
                         help="tokens: the accepted drafts and one more (default); count-and-token: "
                              "(number accepted, extra token)")
@@ -100,8 +109,12 @@ def load_function(text: str):
             path = Path(module_name)
             if not path.is_file():
                 raise ValueError(f"argument MODULE:FUNCTION: no file {module_name}")
+            folder = str(path.resolve().parent)
+            if folder not in sys.path:  # its sibling files import as they do when it runs from its own folder
+                sys.path.insert(0, folder)
             spec = importlib.util.spec_from_file_location(path.stem, path)
             module = importlib.util.module_from_spec(spec)
+            sys.modules.setdefault(path.stem, module)
             spec.loader.exec_module(module)
         else:
             module = importlib.import_module(module_name)
@@ -119,6 +132,27 @@ def load_function(text: str):
     return value
 
 
+def installed_package() -> Path | None:
+    """The folder of the installed specref package (an editable install's source folder), or None if none is."""
+    try:
+        dist = importlib.metadata.distribution("specref")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    direct = dist.read_text("direct_url.json")
+    if direct and json.loads(direct).get("dir_info", {}).get("editable"):
+        return Path(unquote(urlparse(json.loads(direct)["url"]).path)) / "specref"
+    return Path(dist.locate_file("specref"))
+
+
+def shadow_warning(running: Path, installed: Path | None) -> str:
+    """A warning when the specref package that runs (`running`, its folder) is not the installed one, else ''."""
+    if installed is None or running.resolve() == installed.resolve():
+        return ""
+    return (f"warning: this run uses the specref package in {running}, not the installed one in {installed} (a "
+            "specref/ folder in the current directory comes first on the import path); run from another folder to "
+            "check with the installed checker")
+
+
 def _torch():
     try:
         return importlib.import_module("torch")
@@ -126,14 +160,14 @@ def _torch():
         raise ValueError("argument --rng/--arrays: torch is not installed") from None
 
 
-VERIFIER_ONLY = ("algorithm", "batch", "log_probs", "returns", "arrays", "no_vectors")
+VERIFIER_ONLY = ("algorithm", "batch", "log_probs", "returns", "arrays", "no_vectors", "reseed_globals")
 PIPELINE_ONLY = ("reference", "new_tokens", "samples", "vocabulary")
 
 
 def check_args(args) -> None:
     """Load FUNCTION (or GENERATE and PLAIN) and build the adapter (torch only if asked for), before any check runs."""
     defaults = {"algorithm": "token", "batch": False, "log_probs": False, "returns": "tokens", "arrays": "numpy",
-                "no_vectors": False}
+                "no_vectors": False, "reseed_globals": False}
     if args.pipeline is not None:
         if args.target is not None:
             raise ValueError(f"argument MODULE:FUNCTION: not with --pipeline (got {args.target})")
@@ -159,7 +193,8 @@ def check_args(args) -> None:
     rng = (lambda seed: torch.Generator().manual_seed(seed)) if args.rng == "torch" else args.rng
     array = (lambda a: torch.from_numpy(a)) if args.arrays == "torch" else conform.Adapter.array
     args.adapter = conform.Adapter(batch=args.batch, log_probs=args.log_probs, rng=rng,
-                                   returns=args.returns.replace("-", "_"), array=array)
+                                   returns=args.returns.replace("-", "_"), array=array,
+                                   reseed_globals=args.reseed_globals)
 
 
 def run_pipeline(args) -> int:
@@ -184,6 +219,9 @@ def run_pipeline(args) -> int:
 def run(args) -> int:
     if not hasattr(args, "adapter") and not hasattr(args, "generate"):
         check_args(args)
+    warning = shadow_warning(Path(specref.__file__).parent, installed_package())
+    if warning:  # (after the arguments: a bad one is still the one line on stderr)
+        print(warning, file=sys.stderr, flush=True)
     if args.pipeline is not None:
         return run_pipeline(args)
     print(f"checking {args.target} as {args.algorithm} verification (seed {args.seed}) ...", flush=True)

@@ -119,22 +119,48 @@ class TreeCase:
     ids: tuple  # entry -> token id
     V: int  # the vocabulary the verifier sees
     depth_first: bool = False  # nodes numbered depth first (siblings still in drawing order), not level by level
+    uneven: bool = False  # only the root's first child keeps its descendants (`first_branch_only`): the branches end
+    # at different depths, as in the padded trees EAGLE and Medusa hand their verifiers
 
     @property
     def shape(self) -> str:
-        return "x".join(str(w) for w in self.widths)
+        drawn = "x".join(str(w) for w in self.widths)
+        return f"uneven (drawn {drawn}, one branch kept deep)" if self.uneven else drawn
 
 
 def tree_cases() -> list[TreeCase]:
-    """The one-call cases of a tree check: tree.CASES on 2x2 trees (V = 4), "close" again on 3x1 trees numbered
-    depth first, and 2x1 trees on a 50 257-token vocabulary with six live ids."""
+    """The one-call cases of a tree check: tree.CASES on 2x2 trees (V = 4), "close" again on uneven trees numbered
+    depth first (3x1 drawn, then only the root's first child keeps its child: branches of depths 2, 1 and 1), and
+    2x1 trees on a 50 257-token vocabulary with six live ids."""
     small = tuple(range(4))
     independent, close = tree.case_rows("independent"), tree.case_rows("close")
     return [TreeCase("independent", *independent, (2, 2), TREE_N_CALLS, small, 4),
             TreeCase("close", *close, (2, 2), TREE_N_CALLS, small, 4),
-            TreeCase("close_3x1_depth_first", *close, (3, 1), TREE_N_CALLS, small, 4, depth_first=True),
+            TreeCase("close_uneven_depth_first", *close, (3, 1), TREE_N_CALLS, small, 4, depth_first=True,
+                     uneven=True),
             TreeCase("large_vocabulary", *tree.context_rows(41, V=len(TREE_LARGE_IDS), zeros=0.2), (2, 1),
                      TREE_N_LARGE_V, TREE_LARGE_IDS, LARGE_V)]
+
+
+def first_branch_only(tokens, parents) -> tuple[list[int], list[int], list[int]]:  # [N], [N] -> [M], [M], [M]
+    """The tree with only the root's first child keeping its descendants: (tokens, parents, the kept nodes' old
+    numbers), nodes in their old order, so parents still come first and siblings keep their order."""
+    first = next(i for i, parent in enumerate(parents) if parent < 0)
+    kept = []
+    for i, parent in enumerate(parents):  # parents come first: a kept parent is already in `kept`
+        if parent < 0 or (parent in kept and (parent == first or parents[parent] >= 0)):
+            kept.append(i)
+    new = {old: k for k, old in enumerate(kept)}
+    return [int(tokens[i]) for i in kept], [new[parents[i]] if parents[i] >= 0 else -1 for i in kept], kept
+
+
+def _on_first_branch(law: Callable) -> Callable:
+    """law(tokens, parents, p, q) of the tree `first_branch_only` makes of the one it is handed (rows: root first)."""
+    def pruned(tokens, parents, p, q):
+        tokens, parents, kept = first_branch_only(tokens, parents)
+        rows = [0] + [i + 1 for i in kept]
+        return law(tokens, parents, [p[r] for r in rows], [q[r] for r in rows])
+    return pruned
 
 
 def depth_first(tokens, parents) -> tuple[list[int], list[int]]:  # [N], [N] -> [N], [N]
@@ -164,6 +190,8 @@ class TreeSetting:
         (The tree is drawn over the case's entries, then its tokens named by their ids: the same law as drawing
         from the rows over the whole vocabulary, at the cost of the few live entries.)"""
         entries, parents = tree.draw_tree(children, self.draft, self.case.widths, rng)
+        if self.case.uneven:
+            entries, parents, _ = first_branch_only(entries, parents)
         if self.case.depth_first:
             entries, parents = depth_first(entries, parents)
         p, q = np.array(tree.tree_rows(entries, parents, self.draft)), np.array(tree.tree_rows(entries, parents,
@@ -188,7 +216,8 @@ def tree_call_law(algorithm: str, case: str, bug: str | None = None) -> dict[tup
     """The exact law of one call on the tree case named `case` (tree drawn as `algorithm` draws it) of the
     algorithm's verifier, or of its known bug named `bug`; outputs in the vocabulary's token ids, floats."""
     alg, c = tree.ALGORITHMS[algorithm], _tree_case(case)
-    law = alg.call_law(c.draft_row, c.target_row, c.widths, alg.bug[bug].law if bug else None)
+    given_tree = alg.bug[bug].law if bug else alg.rule.law
+    law = alg.call_law(c.draft_row, c.target_row, c.widths, _on_first_branch(given_tree) if c.uneven else given_tree)
     return {tuple(c.ids[j] for j in out): float(v) for out, v in law.items()}
 
 

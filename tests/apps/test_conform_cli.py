@@ -2,6 +2,7 @@
 status 2), the exit status is 0 when every check passes and 1 when any fails, and the report can go to JSON.
 (Bad option values are in tests/apps/test_cli.py's BAD table.)"""
 
+import argparse
 import importlib
 import importlib.util
 import json
@@ -10,10 +11,11 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from specref.apps import conform as command
-from specref.proof import conform
+from specref.proof import conform, pipeline
 from specref import mrs_tree
 
 from tests.apps.test_cli import ROOT, assert_one_error_line, python
@@ -315,7 +317,6 @@ def test_a_tree_algorithm_reaches_the_checker(monkeypatch, capsys):
     monkeypatch.setattr(conform, "check", fake_check)
     cli = importlib.import_module("specref.__main__")
     assert cli.main(["conform", "specref.mrs_tree:verify_tree_rrs", "--algorithm", "tree-rrs", "--log-probs", "--batch"]) == 0
-    from specref import mrs
     assert seen["function"] is mrs_tree.verify_tree_rrs and seen["algorithm"] == "tree-rrs"
     assert seen["adapter"].log_probs and seen["adapter"].batch
     assert "PASSED" in capsys.readouterr().out
@@ -340,3 +341,57 @@ def test_a_real_process_passes_a_reference_tree_verifier_and_fails_a_control(tmp
     r = python("-m", "specref", "conform", f"{tmp_path}/control.py:rrs_without_zeroing_p", "--algorithm", "tree-rrs")
     print(r.stdout)
     assert r.returncode == 1 and "diagnosis: rrs_without_zeroing_p: " in r.stdout, r.stderr
+
+
+def test_a_file_target_imports_its_sibling_files(tmp_path):
+    # before: ModuleNotFoundError for the sibling (the file's folder was not on the import path)
+    (tmp_path / "helper_for_conform_target.py").write_text("from specref import mrs\nverify = mrs.verify\n")
+    (tmp_path / "adapter_for_conform_target.py").write_text(
+        "from helper_for_conform_target import verify as _verify\n\ndef verify(x, p, q, rng):\n"
+        "    return _verify(x, p, q, rng)\n")
+    f = command.load_function(f"{tmp_path}/adapter_for_conform_target.py:verify")
+    assert f.__module__ == "adapter_for_conform_target" and callable(f)
+
+
+def test_a_specref_folder_that_shadows_the_installed_package_is_warned_of(tmp_path, monkeypatch, capsys):
+    installed, here = tmp_path / "site" / "specref", tmp_path / "cwd" / "specref"
+    assert command.shadow_warning(installed, installed) == "" and command.shadow_warning(here, None) == ""
+    assert f"in {here}, not the installed one in {installed}" in command.shadow_warning(here, installed)
+    monkeypatch.setattr(command, "installed_package", lambda: installed)  # the run prints it on stderr
+    monkeypatch.setattr(conform, "check", lambda *a, **k: _report(True))
+    assert command.run(command_args("specref.mrs:verify")) == 0
+    assert "not the installed one" in capsys.readouterr().err
+
+
+def command_args(target):
+    parser = argparse.ArgumentParser()
+    command.add_arguments(parser)
+    return parser.parse_args([target])
+
+
+def test_reseed_globals_reaches_the_adapter():
+    args = command_args("specref.mrs:verify")
+    command.check_args(args)
+    assert args.adapter.reseed_globals is False
+    args = command_args("specref.mrs:verify")
+    args.reseed_globals = True
+    command.check_args(args)
+    assert args.adapter.reseed_globals is True
+
+
+def _two_token_plain(n, seed):  # the exact law {(0, 0): 1/2, (0, 1): 1/2}
+    return np.stack([np.zeros(n, dtype=np.int64), np.random.default_rng(seed).integers(2, size=n)], axis=1)
+
+
+def test_the_pipelines_impossible_sequence_check_counts_them():
+    # the check's count was never tested: a fault that never counted one survived the suite
+    def one_impossible(n, seed):
+        out = _two_token_plain(n, seed)
+        out[5] = [1, 1]  # probability 0 under the law
+        return out
+    law = {(0, 0): 0.5, (0, 1): 0.5}
+    report = pipeline.check_pipeline(one_impossible, _two_token_plain, samples=300, vocabulary=2, law=law)
+    check = {c.name: c for c in report.checks}["no impossible sequence"]
+    assert check.passed is False and "1 speculative, 0 plain, e.g. [1, 1]" in check.detail, check.line()
+    control = pipeline.check_pipeline(_two_token_plain, _two_token_plain, samples=300, vocabulary=2, law=law)
+    assert {c.name: c for c in control.checks}["no impossible sequence"].passed is True

@@ -6,7 +6,6 @@ where no tree pays.  humaneval's choice is the demo's, stored with the results a
 target: seconds).
 """
 
-import json
 import types
 from fractions import Fraction
 
@@ -15,7 +14,6 @@ import pytest
 
 from specref import mrs_tree, speedup
 from specref.apps import demo
-from specref.proof import tree as prooftree
 from specref.trees import Tree
 from specref.proof import tree_rule
 
@@ -144,3 +142,17 @@ def test_a_depth_no_walk_reached_ends_the_table_and_old_records_add_to_the_root_
     new = {"profile_calls": 2, "profile_sums": [1.2, 0.2], "profile_deeper": [[2, [1.6, 0.2]], [1, [1.0]]]}
     got = tree_profile([old, new])
     assert len(got) == 3 and all(row == pytest.approx(want) for row, want in zip(got, [[0.55, 0.15], [0.8, 0.1], [1.0, 0.0]]))
+
+
+def test_a_tree_of_n_nodes_is_priced_as_scoring_n_plus_1_tokens():
+    # every other test gives all sizes one cost, so pricing N nodes as N tokens (costs[N - 2]) went unseen
+    profile, rising = [0.35, 0.12, 0.07, 0.05], [1.0 + 0.5 * k for k in range(8)]  # costs[K - 1]: K + 1 tokens
+    choice = demo.choose_tree(pilot(profile, 0.5), base(), rising)
+    tree = Tree.parse(choice.tree)
+    assert choice.predicted == pytest.approx(speedup.tree_walltime_improvement(tree.parents, profile, 0.05,
+                                                                               rising[tree.size - 1]))
+    scores = {n: speedup.tree_walltime_improvement(Tree.parse(n).parents, profile, 0.05, rising[Tree.parse(n).size - 1])
+              for n in demo.tree_shapes(len(rising))}
+    assert choice.tree == max(scores, key=lambda n: (scores[n], -Tree.parse(n).size))
+    cheaper = speedup.tree_walltime_improvement(tree.parents, profile, 0.05, rising[tree.size - 2])
+    assert cheaper > choice.predicted  # the control: one token fewer would predict more

@@ -19,7 +19,7 @@ import pytest
 
 from specref import mrs, verifiers
 from specref.proof import conform, laws, power, stats, vectors
-from specref.proof.bugs import broken
+from specref.proof.bugs import broken, shipped
 
 
 # "name/algorithm" -> (a known bug, the algorithm it is checked as): every law the checker can name, from its
@@ -162,7 +162,7 @@ def test_a_check_with_one_bin_still_fails_an_impossible_outcome():
     check = conform.one_call_check(broken.resample_from_q, conform.Case(large.name, large.p, large.q, 60),
                                    level=stats.LEVEL / 11, rng=np.random.default_rng(0))
     print(check.line())
-    assert check.passed is False and "dof=0" in check.detail and check.pvalue == 0.0
+    assert check.passed is False and "have probability 0 under the exact law" in check.detail and check.pvalue == 0.0
 
 
 # ---------------------------------------------------------------- power, with the diagnosis
@@ -307,7 +307,7 @@ def test_the_adapter_turns_other_signatures_into_verifys(function, adapter):
     x_draft = np.array([1, 2])
     out = verify(x_draft, case.p, case.q, np.random.default_rng(3))
     assert out.ndim == 1 and 1 <= len(out) <= 3 and list(out[:-1]) == list(x_draft[: len(out) - 1])
-    if adapter.injectable:  # same uniforms, same tokens as mrs.verify
+    if adapter.rng == "generator":  # same uniforms, same tokens as mrs.verify
         for seed in range(50):
             np.testing.assert_array_equal(verify(x_draft, case.p, case.q, np.random.default_rng(seed)),
                                           mrs.verify(x_draft, case.p, case.q, np.random.default_rng(seed)))
@@ -350,3 +350,17 @@ def test_total_variation_and_count_marginal():
     law = {(0,): 0.5, (1,): 0.5}
     assert conform.total_variation(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
     assert conform._count_marginal({(1, 2): 0.25, (3,): 0.5, (0, 1, 2): 0.25}) == {(1,): 0.25, (0,): 0.5, (2,): 0.25}
+
+
+@pytest.mark.parametrize("inclusive", [True, False], ids=["bug", "control"])
+def test_the_zero_coin_laws_are_their_coins_enumerated(inclusive):
+    # on a coarse grid (a coin of 3 bits: 0, 1/8, ..., 7/8) the law of keeping the draft is a count of coins, so a law
+    # computed as a continuous coin's (min(1, ratio)) differs; at 24 bits no test could see it, and such a fault survived
+    coin = shipped.InclusiveCoin(inclusive=inclusive, bits=3)
+    for ratio in (0.0, 0.25, 0.3, 0.99, 1.0):
+        p = np.array([[0.5, 0.5]])
+        q = np.array([[0.5 * ratio, 1 - 0.5 * ratio], [0.5, 0.5]])
+        kept = sum(v for out, v in coin.law(np.array([0]), p, q).items() if len(out) == 2)
+        coins = [k / 8 for k in range(8)]
+        expected = sum((u <= ratio) if inclusive else (u < ratio) for u in coins) / 8
+        assert kept == pytest.approx(expected, abs=1e-12), (ratio, kept, expected)

@@ -68,10 +68,12 @@ def stale_draft_probs() -> TreeBug:
 def inclusive_zero_coin(test: str) -> TreeBug:
     """SGLang #35771 (fixed by PR #35798): tree_speculative_sampling_target_only accepted when `coin <= prob_acc /
     threshold_acc`, and torch.rand's float32 coin can be exactly 0, so a child the target gives probability 0 was
-    accepted (EAGLE's evaluate_posterior tests `r <= acp` the same way).  Modelled with a coin on float32's grid
-    (0 with chance 2^-24) and `<=`: the law moves by about 2^-24, which the exact tier sees and the u = 0 edge
-    test catches for certain; a chi-square of 20 000 calls cannot."""
-    return rule_bug("inclusive_zero_coin", "accepts iff coin <= ratio with a coin that is 0 with chance 2^-24: a child "
+    accepted (EAGLE's evaluate_posterior tests `r <= acp` the same way, with Python's random(), which is 0 with chance
+    2^-53).  Modelled with a coin on float32's grid (SGLang's torch.rand: 0 with chance 2^-24) and `<=`: the law
+    moves by about 2^-24, which the exact tier sees and the u = 0 edge test catches for certain; a chi-square of
+    20 000 calls cannot."""
+    return rule_bug("inclusive_zero_coin", "accepts iff coin <= ratio with a coin that can be exactly 0 (torch.rand's "
+                    "float32 coin with chance 2^-24, Python's random() with chance 2^-53): a child "
                     "the target gives probability 0 can be accepted (SGLang #35771, fixed by PR #35798)",
                     Rule(test, coin=Coin(inclusive=True)))
 
@@ -93,12 +95,13 @@ def sibling_row(test: str) -> TreeBug:
 
 
 def bonus_unwarped(test: str) -> TreeBug:
-    """EAGLE commit 8009b6d (eagle/model/utils.py, evaluate_posterior): after the deepest accepted node the token
+    """EAGLE from commit 6aa1ed8 until its fix in 50fc246 / c892473 (eagle/model/utils.py, evaluate_posterior, in
+    EAGLE-1 and EAGLE-2 alike): after the deepest accepted node the token
     came from torch.softmax(logits) without the request's logits processor (temperature, top-p), while every test
     used the processed rows.  Modelled with temperature 0.7 (`REQUEST_TEMPERATURE`): the bonus token after
     a node without children is drawn from softmax(logits) = norm(q ** 0.7) instead of q."""
     return rule_bug("bonus_unwarped", f"draws the bonus token from the target row without the request's temperature "
-                    f"{REQUEST_TEMPERATURE:g} (softmax of the raw logits; EAGLE 8009b6d)",
+                    f"{REQUEST_TEMPERATURE:g} (softmax of the raw logits; EAGLE from 6aa1ed8 until 50fc246 / c892473)",
                     Rule(test, bonus=_unwarped_bonus))
 
 

@@ -16,7 +16,9 @@ takes a wrapper of a few lines.
 
 What runs, in two tiers:
 - exact, when the verifier lets uniforms be injected (it takes an object whose random() returns
-  them): the portable vectors of `specref/proof/mrs_vectors.json` (same uniforms in the documented
+  them, or draws from Python's random, NumPy's global functions or torch's global generator, which
+  `globalrng.driven` routes to the same uniforms while the tier runs; otherwise the report says
+  "exact tier not run" with what to change, and a pass says it covered the statistical tier only): the portable vectors of `specref/proof/mrs_vectors.json` (same uniforms in the documented
   order -> same tokens), and two edge cases that need a chosen uniform: q(x) = 0 is not accepted
   even with u = 0, and a rejection whose residual max(0, q - p) is all zero (p and q one rounding
   apart) yields a token of the vocabulary (vLLM's advisory GHSA-8wr5-jm2h-8r4f);
@@ -41,7 +43,7 @@ the algorithm assumes (specref.proof.tree.ALGORITHMS[...]: the draft's top-k, i.
 without replacement in drawing order), and runs the same tiers: the vectors of tree_vectors.json and
 three edge cases with chosen uniforms (u = 0 at a child with q = 0, a ratio of exactly 1 at
 u = 1 - 2^-53, an all-zero residual); chi-square of one call against its exact law, the tree's drawing
-included, on four tree cases, and of whole sequences of a loop with trees (2x2 trees, a chain of 3),
+included, on four tree cases (one of uneven depth), and of whole sequences of a loop with trees (2x2 trees, a chain of 3),
 six checks at FAMILY_LEVEL / 6; every output's path along the tree's edges; the diagnosis names the
 algorithm's known bugs (tree.ALGORITHMS[...].bugs).
 
@@ -51,18 +53,21 @@ of the known bugs it sees at its default size (`power.counts_as_test`), is repor
 with the samples from which it counts as a test; the run is then INCOMPLETE (`report.passed` is
 false, the command's exit status 3), never a pass, and the coverage line leaves the check out.
 
-Diagnosis: when a one-call check fails, its counts are compared with the exact laws of known bugs
+Diagnosis: an output the exact law forbids is printed with its count and the token where it left the
+law.  When a one-call check fails, its counts are compared with the exact laws of known bugs
 (`SIGNATURES`: the `broken.Bug`s of `specref.proof.bugs.broken` and `lossy.LOSSY`, and the other
 algorithm).  The bug under which the counts are most likely names the failure if it is more likely
 than the correct law and than every other bug by a factor of at least e^LOG_MARGIN and the counts
 also fit it (chi-square p above FIT_LEVEL); the total variation to it and to the correct law is
-printed beside it.  (Total variation alone cannot tell a bug that adds a few impossible outcomes
+printed beside it; when no known law fits, the diagnosis says the bug is unknown and shows the
+evidence (a forbidden output, or the largest deviation).  (Total variation alone cannot tell a bug that adds a few impossible outcomes
 from the correct law; the likelihood can.)  A failing vector is compared with the same bugs' tokens
 on the vectors.
 
 The package, one idea a module; chains and trees share everything but `chain` and `tree`:
 - algorithms: the algorithms and what the checker knows about each (laws, known bugs): one registry;
 - adapter: `Adapter` and `adapt`, a user's function as a verifier of either shape;
+- globalrng: the global generators driven by the injected uniforms, or reseeded from the checker's rng;
 - watch: what every output must be (`contract_problem`, `path_problem`), the call's `Form` (chain or
   tree), `Guarded` (time limits, contract) and `Watched` (every output seen);
 - checks: levels, the chi-square and vectors machinery, the diagnosis from counts;
@@ -80,7 +85,7 @@ from specref.proof.conform.adapter import Adapter, adapt  # noqa: F401
 from specref.proof.conform.algorithms import (BLOCK, CHECKED_AS, DIAGNOSED, KNOWN_BUGS, SIGNATURES,  # noqa: F401
                                               TOKEN_LEVEL, TREE_EDGE_BUGS)
 from specref.proof.conform.checks import (FAMILY_LEVEL, FIT_LEVEL, FLOOR, LOG_MARGIN, SEQ_N, SEQ_PROMPT,  # noqa: F401
-                                          SEQ_V, U_MAX, log_likelihood, total_variation)
+                                          SEQ_V, U_MAX, forbidden, law_check, log_likelihood, total_variation)
 from specref.proof.conform.report import Report  # noqa: F401
 from specref.proof.conform.report import summary as _summary  # noqa: F401  (tests/proof/test_shipped.py's name)
 from specref.proof.conform.run import (CALL_LIMIT, RUN_LIMIT, assert_conforms, check, exact_checks,  # noqa: F401

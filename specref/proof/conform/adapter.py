@@ -13,6 +13,8 @@ from typing import Callable
 
 import numpy as np
 
+from specref.proof import vectors
+from specref.proof.conform import globalrng
 from specref.proof.conform.algorithms import is_tree
 
 
@@ -26,6 +28,8 @@ class Adapter:
     # argument (the function draws its own); or a callable seed -> the function's generator (a torch.Generator)
     returns: str = "tokens"  # "tokens": [n] accepted drafts + one; "count_and_token": (number accepted, extra token)
     array: Callable = np.asarray  # applied to each array argument (for example torch.from_numpy)
+    reseed_globals: bool = False  # before each call, seed Python's random, NumPy's global generator and torch's
+    # (when imported) from the checker's rng (`globalrng.reseed`), for a function that draws from them
 
     def __post_init__(self):
         if not (callable(self.rng) or self.rng in ("generator", "seed", "none")):
@@ -35,8 +39,9 @@ class Adapter:
 
     @property
     def injectable(self) -> bool:
-        """Whether the checker's own uniforms can reach the function (it is handed the rng object itself)."""
-        return self.rng == "generator"
+        """Whether the checker's own uniforms can reach the function: it is handed the rng object itself, or it draws
+        its own from the global generators, which the exact tier drives from the same uniforms (`globalrng.driven`)."""
+        return self.rng in ("generator", "none")
 
 
 def _flat(value) -> np.ndarray:  # a NumPy array, a torch tensor, a list, a scalar -> 1-D array
@@ -62,7 +67,10 @@ def adapt(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
 
     The integer arrays (x_draft; or tokens and parents) go as int64, p and q as log p and log q with
     `adapter.log_probs`, every array with a leading dimension of 1 with `adapter.batch`.  A tree verifier
-    returns its tokens: returns="count_and_token" names no path and is refused (ValueError).
+    returns its tokens: returns="count_and_token" names no path and is refused (ValueError).  Handed the exact
+    tier's injected uniforms (a `vectors.ListedUniforms`), the function runs with Python's random, NumPy's global
+    functions and torch's global generator drawing from them (`globalrng.driven`); otherwise, with
+    `adapter.reseed_globals`, those generators are reseeded from the handed rng before each call.
     """
     tree = is_tree(algorithm)
     if tree and adapter.returns != "tokens":
@@ -77,7 +85,13 @@ def adapt(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
                 arrays[-2:] = np.log(p), np.log(q)  # log 0 = -inf
         if adapter.batch:
             arrays = [a[None] for a in arrays]  # [1, K] or [1, N] each, [1, K(+1), V] or [1, N+1, V]
-        out = function(*[adapter.array(a) for a in arrays], *_rng_argument(adapter, rng))
+        if isinstance(rng, vectors.ListedUniforms):  # the exact tier: the global generators draw its uniforms too
+            with globalrng.driven(rng):
+                out = function(*[adapter.array(a) for a in arrays], *_rng_argument(adapter, rng))
+        else:
+            if adapter.reseed_globals:
+                globalrng.reseed(rng)
+            out = function(*[adapter.array(a) for a in arrays], *_rng_argument(adapter, rng))
         if adapter.returns == "count_and_token":  # (a chain's only)
             n, extra = out
             n = int(_flat(n)[0])

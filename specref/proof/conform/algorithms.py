@@ -46,6 +46,31 @@ DIAGNOSED = {a: SIGNATURES[a] + [b for b in shipped.signatures(a) if b not in SI
 TREE_EDGE_BUGS = {"edge q(x) = 0, u = 0": "inclusive_zero_coin"}
 
 
+# ---------------------------------------------------------------- what the known bugs were sized at
+
+# A known bug whose effect depends on the request's sampling parameters is sized (its law, its power) at the values
+# its model assumes; at other values it moves the law less, and at none (T = 1, no filter) not at all, so a run
+# whose adapter applies none cannot catch it.  Bug name -> (the parameter it was sized at, the value that hides it).
+SIZED_AT = {
+    "bonus_unwarped": (f"temperature {shipped.REQUEST_TEMPERATURE:g}", "T = 1"),
+    "target_not_warped": (f"temperature {shipped.REQUEST_TEMPERATURE:g}", "T = 1"),
+    "draft_filter_not_passed": (f"draft top-p {shipped.DRAFT_TOP_P:g}", "no top-p filter"),
+}
+
+
+def sized_at(names: list[str]) -> str:
+    """The sentence saying at which sampling parameters the named bugs (entries like "bonus_unwarped (99%)") were
+    sized, and what a user must do for a pass to cover them; '' when none depends on them."""
+    which = [(name, *SIZED_AT[name]) for name in (entry.split(" ")[0] for entry in names) if name in SIZED_AT]
+    if not which:
+        return ""
+    each = ", ".join(f"{name} at {value}" for name, value, _ in which)
+    hides = "; ".join(f"at {hidden} {name} changes nothing" for name, _, hidden in which)
+    return (f"sized at the request's sampling parameters the checker's rows model: {each} ({hides}, so this covers "
+            "them only if the code under test applies such parameters: check at a temperature other than 1, set in "
+            "your adapter)")
+
+
 def is_tree(algorithm: str) -> bool:
     """Whether `algorithm` checks a tree verifier (else a chain verifier, or nothing known)."""
     return algorithm in verifiers.TREES

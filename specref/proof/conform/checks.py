@@ -14,6 +14,7 @@ from typing import Callable
 import numpy as np
 
 from specref.proof import laws, stats, vectors
+from specref.proof.conform import globalrng
 from specref.proof.verdict import Check
 
 # Family-wise false-alarm rate of one run's chi-square checks (split between them, Bonferroni).  A run reads it here
@@ -72,8 +73,56 @@ def _name_the_bug(check: Check, counts: Counter, law: dict, bug_laws: dict, sign
                            f"{total_variation(counts, bug_laws[found]):.3f}; from the correct law "
                            f"{total_variation(counts, law):.3f})")
     else:
-        check.diagnosis = found
+        evidence = forbidden(counts, law) or largest_deviation(counts, law)
+        check.diagnosis = f"{found}; {evidence}" if found else NO_BUG_FITS + evidence
     return scores
+
+
+# ---------------------------------------------------------------- outputs the law forbids
+
+def left_the_law(output, law: dict) -> str:
+    """Where `output` (a tuple of tokens) leaves the support of `law`: the first token that no output of positive
+    probability has there after the same tokens (a token before the last must be followed as it is; the last must
+    end an output of the same length)."""
+    if not isinstance(output, tuple) or not output:
+        return ""
+    possible = [k for k, v in law.items() if v > 0 and isinstance(k, tuple)]
+    n = len(output)
+    for i in range(n):
+        if i < n - 1 and any(len(k) > i + 1 and k[:i + 1] == output[:i + 1] for k in possible):
+            continue
+        where = "the last token" if i == n - 1 else f"token {i + 1} of {n}"
+        return f", leaving the law at {where} ({output[i]} after {list(output[:i])})"
+    return ""
+
+
+def forbidden(counts: Counter, law: dict) -> str:
+    """'' if every counted output has positive probability under `law`, else which outputs do not: how many, the most
+    frequent with its count and where it leaves the law."""
+    bad = Counter({k: c for k, c in counts.items() if not law.get(k, 0.0) > 0.0})
+    if not bad:
+        return ""
+    (first, count), n = bad.most_common(1)[0], sum(counts.values())
+    shown = list(first) if isinstance(first, tuple) else first
+    more = f"; {len(bad) - 1} other forbidden outputs, {sum(bad.values()) - count} times" if len(bad) > 1 else ""
+    return (f"{sum(bad.values())} of {n} outputs have probability 0 under the exact law: {shown} seen {count} times"
+            f"{left_the_law(first, law)}{more}")
+
+
+def largest_deviation(counts: Counter, law: dict) -> str:
+    """The output whose count is furthest from the law's expectation (in standard deviations), with both counts."""
+    n = sum(counts.values())
+    def z(k):
+        expected = n * float(law.get(k, 0.0))
+        return abs(counts.get(k, 0) - expected) / np.sqrt(max(expected, 1.0))
+    k = max(set(counts) | {k for k, v in law.items() if v > 0}, key=z)
+    shown = list(k) if isinstance(k, tuple) else k
+    return f"the output {shown} seen {counts.get(k, 0)} times in {n} where the exact law expects " \
+           f"{n * float(law.get(k, 0.0)):.1f}"
+
+
+# A failing check's diagnosis when no known bug's law fits its counts: this, then the evidence.
+NO_BUG_FITS = "no known bug's law fits: "
 
 
 # ---------------------------------------------------------------- chi-square checks
@@ -86,7 +135,9 @@ def law_check(name: str, sample: Callable[[], tuple[Counter, dict]], bug_laws: C
     start = time.perf_counter()
     counts, law = sample()
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
-    check = Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof}{about}", pvalue, level, n)
+    impossible = forbidden(counts, law)
+    statistic = impossible if impossible else f"chi2={stat:.1f} dof={dof}"
+    check = Check(name, "statistical", pvalue > level, f"{statistic}{about}", pvalue, level, n)
     scores = {}
     if not check.passed:
         scores = _name_the_bug(check, counts, law, bug_laws(), signatures)
@@ -104,7 +155,8 @@ def sequences_check(name: str, loop: Callable, setting: str, level: float, rng: 
     law = laws.sequence_law(target, SEQ_PROMPT, SEQ_N)  # the target's: what plain sampling gives
     counts = stats.sample_sequences(loop(target, draft), runs, len(SEQ_PROMPT), rng)
     stat, dof, pvalue = stats.chi_square_gof(counts, law)
-    return Check(name, "statistical", pvalue > level, f"chi2={stat:.1f} dof={dof} (all {SEQ_V ** SEQ_N} sequences "
+    statistic = forbidden(counts, law) or f"chi2={stat:.1f} dof={dof}"
+    return Check(name, "statistical", pvalue > level, f"{statistic} (all {SEQ_V ** SEQ_N} sequences "
                  f"of {SEQ_N} tokens, {setting})", pvalue, level, runs, seconds=time.perf_counter() - start)
 
 
@@ -131,25 +183,50 @@ def replayed_vectors_check(verifier, function: str, chosen: list[dict], args: Ca
 
     got = outcomes(verifier)
     wrong = [(c["name"], c[recorded], g) for c, g in zip(chosen, got) if g != c[recorded]]
+    loose = {c["name"]: unnormalised(c) for c in chosen if unnormalised(c)}
     check = Check(f"vectors ({function})", "exact", not wrong, f"{len(chosen) - len(wrong)} of {len(chosen)} vectors give "
                   "the recorded tokens" + (f"; first: {wrong[0][0]} expected {wrong[0][1]}, got {wrong[0][2]}"
                                            if wrong else ""), samples=len(chosen))
     if wrong:
         same = [b.name for b in bugs if outcomes(b) == got]
+        only_loose = all(name in loose for name, _, _ in wrong)
         check.diagnosis = (f"the same tokens as {' and '.join(same)} on every vector" if same else
+                           "only vectors whose rows do not sum to 1 give other tokens ("
+                           + "; ".join(f"{name}: {loose[name]}" for name, _, _ in wrong) +
+                           "): code that renormalises p or q gives other tokens there and may still be right; the "
+                           "law checks decide" if only_loose else
                            "no known bug gives these tokens (if the law checks pass, the uniforms may be drawn in "
                            f"another order than {documented} documents)")
     check.seconds = time.perf_counter() - start
     return check
 
 
+def unnormalised(case: dict) -> str:
+    """'' if a vector's p and q rows each sum to 1 (to 1e-9), else which do not and their sums."""
+    out = []
+    for key in ("p", "q"):
+        if key in case:
+            sums = np.asarray(case[key], dtype=np.float64).sum(axis=-1).reshape(-1)
+            if np.any(np.abs(sums - 1.0) > 1e-9):
+                out.append(f"{key}'s rows sum to {', '.join(f'{s:.9g}' for s in sums)}")
+    return " and ".join(out)
+
+
 def probe_injectable(verifier, args: tuple) -> str:
-    """'' if the verifier, called with `args` and an rng that has only random(), draws only random() from it, else
-    why the exact tier is skipped."""
+    """'' if the verifier, called with `args` and injected uniforms (an rng that has only random(), which the global
+    generators also draw from: `adapt`), draws at least one of them and nothing else from it, else why the exact
+    tier is not run."""
+    uniforms = vectors.ListedUniforms([], tail=0.5)
     try:
-        verifier(*args, vectors.ListedUniforms([], tail=0.5))
+        verifier(*args, uniforms)
     except (AttributeError, TypeError) as e:
         return f"the verifier uses more of the generator than random() ({type(e).__name__}: {e})"
+    except globalrng.NotDriven as e:
+        return f"the verifier draws from a global generator in a way the checker cannot drive ({e})"
     except Exception:  # noqa: BLE001  (another error is for the checks to report)
         return ""
+    if uniforms.used == 0:
+        return ("the verifier drew none of the checker's uniforms: its randomness comes from a generator the checker "
+                "does not reach (one it makes itself, one handed a seed, or a name imported before the run such as "
+                "`from random import random`)")
     return ""

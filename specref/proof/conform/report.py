@@ -19,6 +19,10 @@ from specref.proof.conform import algorithms, checks as levels
 from specref.proof.verdict import Check, Verdict
 
 
+# The name of the check that stands for an exact tier that did not run.
+EXACT_NOT_RUN = "exact tier not run"
+
+
 @dataclass
 class Report(Verdict):
     """Every check of one run, and what the run's false-alarm rate is."""
@@ -50,6 +54,19 @@ class Report(Verdict):
 
     __str__ = text
 
+    @property
+    def exact_not_run(self) -> bool:
+        """Whether the exact tier did not run (turned off, or the checker's uniforms could not reach the function)."""
+        return any(c.name == EXACT_NOT_RUN for c in self.checks)
+
+    def verdict(self) -> str:
+        """Verdict's, except that a pass without the exact tier says so: the bugs only chosen uniforms see (a coin
+        u <= ratio that keeps a token of probability 0 at u = 0) were not looked for."""
+        verdict = super().verdict()
+        if verdict == "PASSED" and self.exact_not_run:
+            return "PASSED THE STATISTICAL TIER ONLY (exact tier not run: see its line)"
+        return verdict
+
     def untested_line(self) -> str:
         """Which checks tested nothing at this run's sizes, and the scale at which all of them would."""
         names = ", ".join(c.name for c in self.untested)
@@ -72,9 +89,11 @@ class Report(Verdict):
         counted = {c.name: c.samples for c in stat if not c.untested}
         unseen = [c.name for c in stat if c.untested]
         what, yes, no = algorithms.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+        sized = algorithms.sized_at(yes)
         return (f"{what} this run catches with >= 95% power: {', '.join(yes) or 'none'}"
                 + (f"; with less: {', '.join(no)}" if no else "")
-                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else ""))
+                + (f" (not counted, having tested nothing: {', '.join(unseen)})" if unseen else "")
+                + (f"; {sized}" if sized else ""))
 
     def to_json(self) -> dict:
         return {"verifier": self.verifier, "algorithm": self.algorithm, "seed": self.seed, "passed": self.passed,
@@ -105,20 +124,43 @@ def edge_names(report: Report) -> str:
     return "; ".join(f"{name}: {about} (the check '{c.name}' failed)" for c, name, about in found)
 
 
+def evidence(report: Report) -> str:
+    """The most telling evidence among the failing checks when no known bug explains them: an output the exact law
+    forbids (a statistical check's, then the every-output watch's), else the largest deviation of the first failing
+    check whose counts no known law fits."""
+    failed = report.failed
+    for c in failed:
+        if c.tier == "statistical" and "have probability 0 under the exact law" in c.detail:
+            return f"'{c.name}': {c.detail}"
+    for c in failed:
+        if c.name == "every output seen":
+            return f"'{c.name}': {c.detail}"
+    for c in failed:
+        if c.diagnosis.startswith(levels.NO_BUG_FITS):
+            return f"'{c.name}': {c.diagnosis[len(levels.NO_BUG_FITS):]}"
+    return ""
+
+
+def unknown(report: Report) -> str:
+    """The diagnosis when no known bug explains the failing checks: said first, then the evidence."""
+    shown = evidence(report)
+    return "no known bug explains the failing checks" + (f"; the evidence: {shown}" if shown else
+                                                          " (see the failing checks)")
+
+
 def summary(report: Report, ll_sum: Counter, signatures: list) -> str:
-    """The diagnosis of a run that went through every check: over every failing one-call check, the bug under which
-    all their counts together are likeliest (ll_sum: each bug's summed log-likelihood); a failing exact-tier edge
-    check names the shipped bug it is the signature of."""
+    """The diagnosis of a run that went through every check: the known bug that the failing edge checks are the
+    signature of, and the bug that a failing one-call check names (its law fits the counts, and is likelier than the
+    correct law and every other bug's), the one under which all their counts together are likeliest (ll_sum: each
+    bug's summed log-likelihood).  When no known bug's law fits, it says so first and shows the evidence (`unknown`):
+    a bug is never named only for being the least unlikely."""
     if not report.failed:
         return ""
     edge = edge_names(report)
-    if not ll_sum:
-        return edge or "no known bug's signature matches (see the failing checks)"
-    best = max(ll_sum, key=ll_sum.get)
     named = Counter(c.bug for c in report.failed if c.bug)
+    if not named:
+        return edge or unknown(report)
+    best = max(named, key=lambda name: (ll_sum.get(name, float("-inf")), named[name]))
     looks_like = {s.name: s.about for s in signatures}[best]
-    if named[best]:
-        found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
-    else:
-        found = f"no check is conclusive; the likeliest known bug is {best}: {looks_like}"
+    found = f"{best}: {looks_like} (named by {named[best]} of the {len(report.failed)} failing checks)"
     return f"{edge}; {found}" if edge else found

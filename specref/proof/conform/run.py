@@ -20,7 +20,7 @@ from specref.proof import power
 from specref.proof.conform import algorithms, chain, checks as levels, tree
 from specref.proof.conform.adapter import Adapter, adapt
 from specref.proof.conform.checks import FAMILY_LEVEL, probe_injectable
-from specref.proof.conform.report import Report, edge_names, round_up, summary
+from specref.proof.conform.report import EXACT_NOT_RUN, Report, edge_names, round_up, summary
 from specref.proof.conform.watch import Guarded, Watched, form_check
 from specref.proof.verdict import Check, Limits, Stop, not_tested
 
@@ -148,15 +148,24 @@ def _adders(report: Report, progress, scale: float, algorithm: str) -> tuple[Cal
     return add, add_tested
 
 
+# What a user changes so that the exact tier runs on a function whose randomness the checker cannot reach.
+TO_RUN_EXACT = ("to run it, hand the function the checker's generator (Adapter(rng='generator'), --rng generator) and "
+                "draw only its random(), or let the function draw from Python's random, NumPy's global functions or "
+                "torch's global generator (Adapter(rng='none'), --rng none), which the exact tier drives")
+
+
 def _exact_tier(verifier, algorithm: str, adapter: Adapter, vectors_tier: bool) -> list:
-    """The exact tier's checks, or one check saying why it was skipped (turned off, no injectable generator, or a
-    function that uses more of the generator than random(), which a probe finds), and what the skip loses."""
+    """The exact tier's checks, or one check saying why it was not run (turned off, a seed or a generator of the
+    function's own, or randomness the probe finds the checker's uniforms do not reach), what that loses and what
+    to change."""
     why_not = "" if vectors_tier and adapter.injectable else (
-        "turned off" if not vectors_tier else "the adapter does not hand the function the checker's generator")
+        "turned off" if not vectors_tier else "the adapter hands the function a seed or a generator of its own, "
+                                              "which the checker's uniforms do not reach")
     if not why_not:
         why_not = probe_injectable(verifier, part(algorithm).probe_args())
     if why_not:
-        return [Check("exact tier", "exact", None, f"skipped: {why_not}; {part(algorithm).NEEDS}")]
+        fix = "" if not vectors_tier else f"; {TO_RUN_EXACT}"
+        return [Check(EXACT_NOT_RUN, "exact", None, f"{why_not}; {part(algorithm).NEEDS}{fix}")]
     return exact_checks(verifier, algorithm)
 
 

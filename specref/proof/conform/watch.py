@@ -54,8 +54,9 @@ def contract_problem(out, K, V: int) -> str:
 
 
 def path_problem(out, tokens, parents, q) -> str:  # [n], [N], [N], [N+1, V]
-    """'' if out[:-1] walks down the tree's edges from the root (each token a child of the node before) and keeps
-    no child the target gives q(x) = 0 in its parent's row, else which of the two it does not."""
+    """'' if out[:-1] walks down the tree's edges from the root (each token a child of the node before), keeps no
+    child the target gives q(x) = 0 in its parent's row, and ends with a token of positive q in the row of the
+    node it follows, else which of the three it does not."""
     children = trees.children_of(parents)
     rows = [0]  # the rows of the nodes the path so far may be at (siblings may repeat a token under tree-mss)
     for y in out[:-1]:
@@ -65,6 +66,8 @@ def path_problem(out, tokens, parents, q) -> str:  # [n], [N], [N], [N+1, V]
         if any(q[row, y] == 0.0 for row, _ in kept):
             return "kept a child with q(x) = 0"
         rows = [i + 1 for _, i in kept]
+    if out and all(q[row, out[-1]] == 0.0 for row in rows):
+        return "the last token has q(x) = 0 at the node it follows"
     return ""
 
 
@@ -96,7 +99,7 @@ class ChainCall(Form):
     """A chain verifier's call, (x_draft [K], p [K, V], q [K+1, V], rng)."""
 
     name = "verify"
-    KEEPS = "length in 1..K+1, drafts as prefix, ids in [0, V), no draft with q(x) = 0 kept"
+    KEEPS = "length in 1..K+1, drafts as prefix, ids in [0, V), no draft with q(x) = 0 kept, a last token with q > 0"
 
     def contract_problem(self, out, args) -> str:
         K, V = np.shape(args[1])
@@ -125,6 +128,8 @@ class ChainCall(Form):
             return "the output's prefix is not the drafts", out
         if n and np.any(q[np.arange(n), out[:n]] == 0.0):
             return "kept a draft with q(x) = 0", out
+        if q[n, out[n]] == 0.0:
+            return "the last token has q(x) = 0 in its row", out
         return "", out
 
 
@@ -132,7 +137,8 @@ class TreeCall(Form):
     """A tree verifier's call, (tokens [N], parents [N], p [N+1, V], q [N+1, V], rng)."""
 
     name = "verify_tree"
-    KEEPS = "length 1 to depth + 1, ids in [0, V), the path along the tree's edges, no child with q(x) = 0 kept"
+    KEEPS = ("length 1 to depth + 1, ids in [0, V), the path along the tree's edges, no child with q(x) = 0 kept, "
+             "a last token with q > 0")
 
     def contract_problem(self, out, args) -> str:
         return contract_problem(out, args[1], np.shape(args[3])[1])
