@@ -4,7 +4,6 @@
     quick.py      the SPECREF_QUICK switch (standard library only)
     widgets.py    the speedup model's sliders and notebook 05's highlighted text (ipywidgets)
     progress.py   a progress line that rewrites itself, for long cells
-    blas.py       which OpenBLAS NumPy runs: its core type (and whether OPENBLAS_CORETYPE forced it), its threads
     exercises/    the exercises' graders: the suite's own proofs, pointed at a learner's function
     execute.py    runs each notebook headless and saves it with its outputs (python -m specref.lessons.execute)
 
