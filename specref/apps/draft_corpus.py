@@ -126,8 +126,12 @@ def code_tokens(text: str) -> list[str]:
 
 
 def ngrams(tokens: list[str], n: int) -> set[int]:
-    """Hashes of every run of n tokens."""
-    return {hash(tuple(tokens[i:i + n])) for i in range(len(tokens) - n + 1)}
+    """Hashes of every run of n tokens of which at least half are names (a letter or _ first).
+
+    Runs of numbers and punctuation are left out: a docstring's example `[1.0, 2.0, 3.0, 4.0, 5.0]`
+    is 21 such tokens and turns up in unrelated code (measured on this corpus: two false leaks)."""
+    named = [t[0].isalpha() or t[0] == "_" for t in tokens]
+    return {hash(tuple(tokens[i:i + n])) for i in range(len(tokens) - n + 1) if 2 * sum(named[i:i + n]) >= n}
 
 
 def leaks(texts, problems, n: int = LEAK_NGRAM) -> list[str]:
@@ -142,7 +146,7 @@ def leaks(texts, problems, n: int = LEAK_NGRAM) -> list[str]:
     found = set()
     for text in texts:
         tokens = code_tokens(text)
-        for i in range(len(tokens) - n + 1):
+        for i in range(len(tokens) - n + 1):     # the problem's runs are the filtered ones: no filter needed here
             task = owner.get(hash(tuple(tokens[i:i + n])))
             if task is not None:
                 found.add(task)
