@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 
 from specref.apps import options
 from specref.apps.draft_corpus import collect, leaks, source_roots, split
+from specref.apps.humaneval.problems import load_problems
 from specref.apps.draft_data import load_shards, make_shard, pack, write_npz
 from specref.fast import Plan, fast_model
 from specref.files import replacing
@@ -65,14 +66,14 @@ def shard_kind(spec: BuildSpec, s: int) -> tuple[str, int]:
     return kind, cycle * spec.pattern.count(letter) + spec.pattern[:place].count(letter)
 
 
-def corpus(root: pathlib.Path, seed: int, log, cache_dir=None) -> list[tuple[str, str]]:
-    """The functions of this build: read from root/corpus.json.gz, or collected, leak-checked and saved there."""
+def corpus(root: pathlib.Path, seed: int, log, cache_dir=None, roots=None) -> list[tuple[str, str]]:
+    """The functions of this build: read from root/corpus.json.gz, or collected from `roots` (default
+    `source_roots()`), leak-checked and saved there."""
     path = root / "corpus.json.gz"
     if path.is_file():
         with gzip.open(path, "rt", encoding="utf-8") as f:
             return [tuple(item) for item in json.load(f)["functions"]]
-    from specref.apps.humaneval.problems import load_problems
-    roots = source_roots()
+    roots = source_roots() if roots is None else roots
     log(f"collecting functions from {', '.join(map(str, roots))} (a few minutes, once) ...")
     functions = collect(roots, seed)
     problems = load_problems(cache_dir=cache_dir, progress=log)

@@ -51,7 +51,7 @@ def source_roots() -> list[pathlib.Path]:
 
 
 def python_files(root: pathlib.Path) -> list[pathlib.Path]:
-    """Every .py file under root, in sorted order, outside SKIP_DIRS and benchmark paths.
+    """Every .py file under root, in sorted order, outside SKIP_DIRS and benchmark paths (below root).
 
     At root itself only the names in SKIP_DIRS are skipped, so a site-packages root is read even
     though the standard library's walk skips the site-packages directory inside it.
@@ -60,7 +60,7 @@ def python_files(root: pathlib.Path) -> list[pathlib.Path]:
     for dirpath, dirs, files in os.walk(root):
         dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not excluded(d))
         found += [pathlib.Path(dirpath) / name for name in sorted(files)
-                  if name.endswith(".py") and not excluded(os.path.join(dirpath, name))]
+                  if name.endswith(".py") and not excluded(os.path.relpath(os.path.join(dirpath, name), root))]
     return found
 
 

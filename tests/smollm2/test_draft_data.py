@@ -5,9 +5,13 @@ own gives: the same probabilities to float32 rounding and, with the same seeds, 
 tokens.  The leak check must pass on the corpus and fail when a HumanEval solution is planted in it.
 """
 
+import gzip
+import json
+
 import numpy as np
 import pytest
 
+from specref.apps import draft_build as db
 from specref.apps import draft_corpus as dc
 from specref.apps import draft_data as dd
 from specref.smollm2.model import KVCache, SmolLM2, decode_batch, forward, softmax
@@ -154,3 +158,75 @@ def test_the_whole_corpus_holds_no_humaneval_problem(problems):
     assert dc.leaks([source for source, _ in functions], problems) == []
     train, held = dc.split(functions)
     assert not {s for s, _ in train} & {s for s, _ in held}   # disjoint by text, not only by index
+
+
+# ---- the build: a prefix plan, resumable, leak-checked ---------------------------------------------
+
+SMALL = db.BuildSpec(seq_len=48, max_new=6, tf_per_shard=2, gen_per_shard=3, held_shards=1, pattern="ttg")
+
+
+def write_functions(root, n=120):
+    """A corpus of n small functions (as the first run would have saved it)."""
+    root.mkdir(parents=True, exist_ok=True)
+    functions = [(f"def f{i}(x):\n    '''Add {i}.'''\n    y = x + {i}\n    return y\n", f"def f{i}(x):\n    '''Add {i}.'''\n    ")
+                 for i in range(n)]
+    with gzip.open(root / "corpus.json.gz", "wt", encoding="utf-8") as f:
+        json.dump({"functions": functions}, f)
+
+
+def shards(root):
+    out = {}
+    for path in sorted(root.glob("*.npz")):
+        with np.load(path) as z:
+            out[path.name] = {k: z[k] for k in z.files}
+    return out
+
+
+def test_build_is_a_prefix_plan_and_resumes_at_the_first_missing_shard(tmp_path, monkeypatch):
+    monkeypatch.setattr(db, "load_smollm2", lambda cache_dir=None, progress=print: tiny_model())
+    lines = []
+    write_functions(tmp_path / "big")
+    db.build(SMALL, 400, tmp_path / "big", lines.append, batch=2)
+    big = shards(tmp_path / "big")
+    order = [db.shard_kind(SMALL, s) for s in range(len(big))]
+    assert sorted(f"{kind}-{i:05d}" for kind, i in order) == [name.rsplit("-", 1)[0] for name in big]
+    assert sum(len(a["tok"]) for name, a in big.items() if not name.startswith("held")) >= 400
+    assert any("h left" in line for line in lines) and lines[-1].startswith("done:")
+    # fewer positions, another batch size: a prefix of the same shards, equal array for array
+    write_functions(tmp_path / "small")
+    db.build(SMALL, 150, tmp_path / "small", lines.append, batch=3)
+    small = shards(tmp_path / "small")
+    assert set(small) < set(big)
+    for name, arrays in small.items():
+        for k in arrays:
+            np.testing.assert_array_equal(arrays[k], big[name][k])
+    # an interrupted run: a shard in the middle is missing; the next run makes it again, the same
+    missing = sorted(small)[1]
+    (tmp_path / "small" / missing).unlink()
+    lines.clear()
+    db.build(SMALL, 150, tmp_path / "small", lines.append)
+    assert shards(tmp_path / "small").keys() == small.keys()
+    assert sum(line.startswith("shard ") for line in lines) == 1
+    np.testing.assert_array_equal(shards(tmp_path / "small")[missing]["h"], small[missing]["h"])
+    data = db.load(sorted((tmp_path / "small").glob("*.npz")))
+    assert data["held"]["kind"].sum() > 0 and (data["train"]["kind"] == 0).any()
+
+
+def test_shard_order_follows_the_pattern():
+    kinds = [db.shard_kind(SMALL, s) for s in range(7)]
+    assert kinds == [("held", 0), ("tf", 0), ("tf", 1), ("gen", 0), ("tf", 2), ("tf", 3), ("gen", 1)]
+
+
+def test_a_corpus_with_a_humaneval_solution_is_refused_before_any_data(tmp_path, problems):
+    """The leak check guards the build: plant a HumanEval solution in the files read, and nothing is written."""
+    src = tmp_path / "src"
+    src.mkdir()
+    p = problems[12]
+    (src / "mine.py").write_text(f"def longest(strings):\n    \"\"\"Pick one of the strings; a docstring long "
+                                 f"enough to be kept: the corpus keeps functions of 200 characters or more.\"\"\"\n{p.canonical_solution}\n")
+    with pytest.raises(RuntimeError, match="HumanEval/12"):
+        db.corpus(tmp_path / "data", 0, lambda *a: None, roots=[src])
+    assert not (tmp_path / "data" / "corpus.json.gz").exists()
+    (src / "mine.py").write_text((src / "mine.py").read_text().replace(p.canonical_solution, "    first = strings[0]\n    widest = max(strings, key=len)\n    return first or widest\n"))
+    assert len(db.corpus(tmp_path / "data", 0, lambda *a: None, roots=[src])) == 1
+    assert (tmp_path / "data" / "corpus.json.gz").is_file()
