@@ -288,13 +288,17 @@ def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
     assert sorted(p.name for p in data_dir.iterdir()) == ["gen-0000-4.npz", "held-0000-3.npz", "tf-0000-4.npz"]
 
 
-@pytest.mark.slow  # reads the training corpus, about 5 s
+@pytest.mark.slow  # reads the training corpus, about 15 s
 def test_training_data_never_includes_humaneval(smollm2):
     from specref.apps.humaneval.problems import load_problems
     functions = draft_corpus.stdlib_functions(0)
-    prompts = {p.prompt.strip()[:80] for p in load_problems(progress=lambda *a: None)}
+    problems = load_problems(progress=lambda *a: None)
+    prompts = {p.prompt.strip()[:80] for p in problems}
     assert len(functions) > 1000
     assert not any(source.strip()[:80] in prompts for source, _ in functions)
+    # no run of 20 tokens shared with a prompt or a solution (tests/smollm2/test_draft_data.py: the
+    # same check rejects a planted solution, and passes the whole corpus of `draft-data`)
+    assert draft_corpus.leaks([source for source, _ in functions], problems) == []
     train, held = draft_corpus.split(functions)
     assert not set(map(id, train)) & set(map(id, held)) and len(held) == -(-len(functions) // draft_corpus.HELD_OUT_EVERY)
 
