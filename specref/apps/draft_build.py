@@ -149,10 +149,12 @@ def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int =
             if kind != "held":
                 new_positions, new_seconds = new_positions + n, new_seconds + seconds
             after = made + (n if kind != "held" else 0)
-            rate = new_positions / new_seconds if new_seconds else float("nan")
-            log(f"shard {kind} {index}: {n} positions ({int(arrays['kind'].sum())} sampled) in {seconds:.0f} s "
-                f"({n / seconds:.0f}/s); training positions {after:,}/{positions:,}; this run {rate:.0f}/s; "
-                f"about {max(positions - after, 0) / rate / 3600:.1f} h left")
+            line = (f"shard {kind} {index}: {n} positions ({int(arrays['kind'].sum())} sampled) in {seconds:.0f} s "
+                    f"({n / seconds:.0f}/s); training positions {after:,}/{positions:,}")
+            if new_seconds:
+                rate = new_positions / new_seconds
+                line += f"; this run {rate:.0f}/s, about {max(positions - after, 0) / rate / 3600:.1f} h left"
+            log(line)
         paths.append(found[0])
         if kind != "held":
             made += found[1]
