@@ -140,7 +140,7 @@ def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int =
             if model is None:
                 model = fast_model(load_smollm2(cache_dir, progress=log), Plan.fixed("panels"))  # one core
                 items = Items(spec, functions, model.tokenizer)
-            t0 = time.perf_counter()
+            t0, cpu0 = time.perf_counter(), time.process_time()
             arrays = make_shard(model, kind, index, items(kind, index), spec.seed, spec.max_new, batch)
             n = len(arrays["tok"])
             found = (root / f"{kind}-{index:05d}-{n}.npz", n)
@@ -149,8 +149,9 @@ def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int =
             if kind != "held":
                 new_positions, new_seconds = new_positions + n, new_seconds + seconds
             after = made + (n if kind != "held" else 0)
+            cpu = time.process_time() - cpu0           # below `seconds` when other jobs share the core
             line = (f"shard {kind} {index}: {n} positions ({int(arrays['kind'].sum())} sampled) in {seconds:.0f} s "
-                    f"({n / seconds:.0f}/s); training positions {after:,}/{positions:,}")
+                    f"({n / seconds:.0f}/s; CPU {cpu:.0f} s, {n / cpu:.0f}/s); training positions {after:,}/{positions:,}")
             if new_seconds:
                 rate = new_positions / new_seconds
                 line += f"; this run {rate:.0f}/s, about {max(positions - after, 0) / rate / 3600:.1f} h left"
