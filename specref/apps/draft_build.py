@@ -20,6 +20,7 @@ shard.  The progress line shows the positions made, the rate and the time left.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import gzip
 import hashlib
 import json
@@ -126,8 +127,21 @@ def existing(root: pathlib.Path, kind: str, index: int) -> tuple[pathlib.Path, i
 
 def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int = 32,
           cache_dir=None) -> list[pathlib.Path]:
-    """Make the shards until the training shards hold at least `positions` positions; returns every shard's path."""
+    """Make the shards until the training shards hold at least `positions` positions; returns every shard's path.
+
+    One build at a time per directory: a second one started meanwhile stops with an error (it would
+    only make the same shards twice)."""
     root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"another draft-data build is writing {root}; wait for it to end (or stop it) "
+                               "and run this command again to resume") from None
+        return _build(spec, positions, root, log, batch, cache_dir)
+
+
+def _build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int, cache_dir) -> list[pathlib.Path]:
     functions = corpus(root, spec.seed, log, cache_dir)
     model = None
     items = None

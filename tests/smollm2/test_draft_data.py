@@ -5,6 +5,7 @@ own gives: the same probabilities to float32 rounding and, with the same seeds, 
 tokens.  The leak check must pass on the corpus and fail when a HumanEval solution is planted in it.
 """
 
+import fcntl
 import gzip
 import json
 
@@ -210,6 +211,18 @@ def test_build_is_a_prefix_plan_and_resumes_at_the_first_missing_shard(tmp_path,
     np.testing.assert_array_equal(shards(tmp_path / "small")[missing]["h"], small[missing]["h"])
     data = db.load(sorted((tmp_path / "small").glob("*.npz")))
     assert data["held"]["kind"].sum() > 0 and (data["train"]["kind"] == 0).any()
+
+
+def test_a_second_build_of_the_same_directory_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(db, "load_smollm2", lambda cache_dir=None, progress=print: tiny_model())
+    write_functions(tmp_path)
+    with open(tmp_path / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)          # a build in progress holds it
+        with pytest.raises(RuntimeError, match="another draft-data build is writing"):
+            db.build(SMALL, 100, tmp_path, lambda *a: None)
+    assert not list(tmp_path.glob("*.npz"))
+    db.build(SMALL, 100, tmp_path, lambda *a: None)              # once it has ended, the build runs
+    assert list(tmp_path.glob("tf-*.npz"))
 
 
 def test_shard_order_follows_the_pattern():
