@@ -25,6 +25,7 @@ import gzip
 import hashlib
 import json
 import pathlib
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -204,5 +205,9 @@ def run(args) -> int:
     root = cache_root(args.cache_dir) / "draft-data" / f"scale-{spec.key()}"
     log = lambda text: print(text, flush=True)  # noqa: E731
     log(f"draft data: at least {args.positions:,} training positions in {root}")
-    build(spec, args.positions, root, log, args.batch, args.cache_dir)
+    try:
+        build(spec, args.positions, root, log, args.batch, args.cache_dir)
+    except RuntimeError as e:                     # a leak, a corpus too small, another build running
+        print(f"python -m specref draft-data: error: {e}", file=sys.stderr)
+        return 1
     return 0
