@@ -35,6 +35,7 @@ COMMANDS = {
     "bench": ("specref.apps.bench", "measure decode, scoring and verify costs; write JSON"),
     "humaneval": ("specref.apps.humaneval", "HumanEval pass@1 and speed for ArS and SpS"),
     "figures": ("specref.apps.figures", "regenerate every figure in figures/ as PNG (--quick for small sizes)"),
+    "draft-data": ("specref.apps.draft_build", "build the neural draft's data at scale (hours; resumable)"),
     "train-draft": ("specref.apps.train_draft", "train the neural draft from the target (about 30 minutes; --quick: 1)"),
     "conform": ("specref.apps.conform", "check a speculative-sampling verifier MODULE:FUNCTION against the proofs"),
 }

@@ -1,17 +1,13 @@
 """`python -m specref train-draft`: train the neural draft (specref.smollm2.draft) from the target, here.
 
-Data, offline and never HumanEval: functions with a docstring from Python's own standard library
-on this machine (`sysconfig.get_paths()["stdlib"]`, test suites excluded), shuffled with the seed.
-Every 20th function (by the shuffle) is held out for the held-out measurements; the rest are
-training text, seen by the target in two ways:
-  - teacher-forced: whole functions packed into sequences of up to 384 tokens;
-  - on-policy: the target's own completion (temperature 0.8, top-p 0.95, at most 64 tokens, cut
-    at a new top-level statement) of a function's signature and docstring, the way it completes a
-    HumanEval prompt.
-For every position the target's final state s (float16), the log-sum-exp of its logits and its
-argmax are kept, so its distribution over any set of tokens is exp(s H - lse).  The data is cut
-into shards (cache/draft-data/<key>/NNNN.npz, each written atomically), made by worker processes
-(one model each); an interrupted run resumes at the first missing shard.
+Data (`specref.apps.draft_data`, never HumanEval): functions with a docstring from Python's own
+standard library on this machine, shuffled with the seed, every 20th held out; the rest seen by
+the target teacher-forced (packed into sequences of up to 384 tokens) and as the prompts of its own
+completions (temperature 0.8, top-p 0.95, at most 64 tokens).  Per position the target's final
+state (float16), log-sum-exp and argmax are kept, in shards under cache/draft-data/<key>/, made by
+worker processes (one model each); an interrupted run resumes at the first missing shard.  The
+data at scale (standard library and installed packages, millions of positions) is built by
+`python -m specref draft-data` (`specref.apps.draft_build`).
 
 Training: A and b start from ridge regression (s_{i-1}, e(x_i)) -> s_i, W2 from 0; then Adam on
 KL + TV through the restricted head, each example unrolled two steps (the second from the draft's
@@ -27,33 +23,21 @@ specref.smollm2.draft.SHIPPED_SHA256.  --quick: a small configuration (about a m
 from __future__ import annotations
 
 import argparse
-import ast
-import concurrent.futures
 import hashlib
 import json
-import multiprocessing
 import os
 import pathlib
-import sysconfig
-import textwrap
 import time
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from specref.apps import options
-from specref.files import replacing
+from specref.apps.draft_data import make_data, write_npz
 from specref.smollm2 import draft as nd
 from specref.smollm2.fetch import cache_root
-from specref.fast import Plan, fast_model, load_fast
-from specref.smollm2.model import SmolLM2, load_smollm2
-from specref.warps import Warp
-
-STOPS = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#")
-HELD_OUT_EVERY = 20  # every 20th function (after the seeded shuffle) is held out
-SKIP_DIRS = {"test", "tests", "idlelib", "site-packages", "dist-packages", "lib2to3", "__pycache__",
-             "turtledemo", "ensurepip", "tkinter"}
-
+from specref.fast import load_fast
+from specref.smollm2.model import SmolLM2
 
 @dataclass(frozen=True)
 class Config:
@@ -80,7 +64,8 @@ class Config:
         """The data directory's key: the counts are not in it, since a shard's content does not depend
         on them (the plan for fewer sequences is a prefix of the plan for more; see shard_plan)."""
         fields = ("seed", "max_new", "seq_len", "shard_sequences")
-        return _digest({f: getattr(self, f) for f in fields})
+        # "rng": each completion draws from a generator of its own (specref.apps.draft_data.make_shard)
+        return _digest({"rng": "per completion", **{f: getattr(self, f) for f in fields}})
 
     def run_key(self) -> str:
         return _digest(asdict(self))
@@ -92,217 +77,6 @@ QUICK = Config(tf_sequences=6, gen_sequences=6, held_out_sequences=4, max_new=24
 
 def _digest(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
-
-
-# ---- the text -------------------------------------------------------------------------------------
-
-def stdlib_functions(seed: int) -> list[tuple[str, str]]:
-    """(source, prompt) of standard-library functions with a docstring, in a seeded order.
-
-    The prompt is the source up to the end of the docstring plus a newline and the body's
-    indentation, as a HumanEval prompt ends.  Only functions of 200-2500 characters, dedented.
-    """
-    root = pathlib.Path(sysconfig.get_paths()["stdlib"])
-    found = []
-    for dirpath, dirs, files in os.walk(root):
-        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
-        for name in sorted(files):
-            if not name.endswith(".py"):
-                continue
-            try:
-                source = (pathlib.Path(dirpath) / name).read_text(encoding="utf-8")
-                tree = ast.parse(source)
-            except (SyntaxError, UnicodeDecodeError, ValueError, OSError):
-                continue
-            lines = source.splitlines()
-            for node in ast.walk(tree):
-                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or len(node.body) < 2 \
-                        or ast.get_docstring(node) is None:
-                    continue
-                start = node.lineno - 1 - len(node.decorator_list)
-                full = textwrap.dedent("\n".join(lines[start:node.end_lineno]))
-                head = textwrap.dedent("\n".join(lines[start:node.body[0].end_lineno]))
-                body_indent = node.body[1].col_offset - node.col_offset
-                if 200 <= len(full) <= 2500 and body_indent > 0:
-                    found.append((full, head + "\n" + " " * body_indent))
-    if not found:
-        raise RuntimeError(f"no standard-library functions with docstrings found under {root}")
-    order = np.random.default_rng(seed).permutation(len(found))
-    return [found[i] for i in order]
-
-
-def split(functions: list) -> tuple[list, list]:
-    """(training, held-out) functions: every HELD_OUT_EVERY-th is held out."""
-    return ([f for i, f in enumerate(functions) if i % HELD_OUT_EVERY],
-            [f for i, f in enumerate(functions) if i % HELD_OUT_EVERY == 0])
-
-
-# ---- the target's view of the text ----------------------------------------------------------------
-
-class Recorder:
-    """Collects, per position, the token, the target's final state, log-sum-exp and argmax."""
-
-    def __init__(self, model: SmolLM2):
-        self.model = model
-        self.head = model.weights.head_matrix()                   # [d, V]
-        self.rows = {k: [] for k in ("tok", "h", "lse", "amax", "seq", "kind")}
-        self.n = 0
-
-    def record(self, ids: list[int], n_prompt: int) -> None:
-        """Record positions 0..len(ids)-1 of the sequence the target's cache holds."""
-        cache = self.model.cache
-        n = len(ids)
-        if cache.length < n or list(cache.tokens[:n]) != list(ids):
-            raise RuntimeError("the target's cache does not hold the sequence to record")
-        h = cache.h[:n].copy()                                   # [n, d]
-        lse, amax = np.empty(n, np.float32), np.empty(n, np.int32)
-        for a in range(0, n, 128):
-            logits = h[a:a + 128] @ self.head                     # [<=128, V]
-            top = logits.max(1)
-            lse[a:a + 128] = top + np.log(np.exp(logits - top[:, None]).sum(1))
-            amax[a:a + 128] = logits.argmax(1)
-        kind = np.zeros(n, np.int8)
-        kind[n_prompt:] = 1                                      # 1: the target's own sampled tokens
-        for key, value in (("tok", np.asarray(ids, np.int32)), ("h", h.astype(np.float16)), ("lse", lse),
-                           ("amax", amax), ("seq", np.full(n, self.n, np.int32)), ("kind", kind)):
-            self.rows[key].append(value)
-        self.n += 1
-
-    def arrays(self) -> dict:
-        return {k: np.concatenate(v) for k, v in self.rows.items()}
-
-
-def complete(model: SmolLM2, prompt_ids: list[int], max_new: int, rng: np.random.Generator) -> list[int]:
-    """The target's own completion (T 0.8, top-p 0.95) of prompt_ids; every returned id is in its cache."""
-    warp = Warp(0.8, None, 0.95)
-    ids = list(prompt_ids)
-    control = set(model.tokenizer.special_ids.values())
-    new: list[int] = []
-    for _ in range(max_new):
-        q = warp(model.next_probs(ids, 1))[0]
-        token = int(rng.choice(len(q), p=q))
-        new.append(token)
-        if token in control or any(s in model.tokenizer.decode(new) for s in STOPS):
-            break
-        ids.append(token)
-    model.final_states(ids, 1)  # the last id kept is processed too
-    return ids
-
-
-def make_shard(model: SmolLM2, config: Config, kind: str, index: int, items: list) -> dict:
-    """One shard: teacher-forced sequences ("tf") or completions ("gen", "held") of `items`."""
-    rec = Recorder(model)
-    rng = np.random.default_rng([config.seed, {"tf": 1, "gen": 2, "held": 3}[kind], index])
-    tok = model.tokenizer
-    for item in items:
-        model.reset()
-        if kind == "tf":
-            ids = item[:config.seq_len]
-            model.final_states(ids, 1)
-            rec.record(ids, len(ids))
-        else:
-            prompt = tok.encode(item)[:300]
-            ids = complete(model, prompt, config.max_new, rng)
-            rec.record(ids, len(prompt))
-    return rec.arrays()
-
-
-def shard_plan(config: Config, tokenizer) -> list[tuple[str, int, list]]:
-    """Every shard as (kind, index, items).  Shard i of a kind holds the same items whatever the counts
-    (only the last shard of a kind may be shorter), so its file name carries its length."""
-    functions = stdlib_functions(config.seed)
-    train, held = split(functions)
-    half = len(train) // 2                       # teacher-forced text and prompts come from different functions
-    packed, chunk = [], []
-    for source, _ in train[:half]:
-        ids = tokenizer.encode(source + "\n\n\n")
-        if chunk and len(chunk) + len(ids) > config.seq_len:
-            packed.append(chunk)
-            chunk = []
-            if len(packed) == config.tf_sequences:
-                break
-        chunk = (chunk + ids)[:config.seq_len]
-    prompts = [prompt for _, prompt in train[half:]][:config.gen_sequences]
-    held_prompts = [prompt for _, prompt in held][:config.held_out_sequences]
-    plan = []
-    for kind, items in (("tf", packed), ("gen", prompts), ("held", held_prompts)):
-        for i in range(0, len(items), config.shard_sequences):
-            plan.append((kind, i // config.shard_sequences, items[i:i + config.shard_sequences]))
-    return plan
-
-
-def write_npz(path: pathlib.Path, arrays: dict) -> None:
-    """np.savez whole or not at all (`specref.files.replacing`): never a half-written shard."""
-    with replacing(path, "wb") as f:
-        np.savez(f, **arrays)
-
-
-_WORKER_MODEL: SmolLM2 | None = None
-
-
-def _worker_init(cache_dir) -> None:
-    global _WORKER_MODEL
-    # one process per core: each multiplies on one thread (a plan's threads would compete)
-    _WORKER_MODEL = fast_model(load_smollm2(cache_dir=cache_dir, progress=lambda *a: None), Plan.fixed("panels"))
-
-
-def _worker_shard(config: Config, kind: str, index: int, items: list, path: str) -> str:
-    write_npz(pathlib.Path(path), make_shard(_WORKER_MODEL, config, kind, index, items))
-    return path
-
-
-def make_data(model: SmolLM2, config: Config, root: pathlib.Path, workers: int, log) -> dict[str, dict]:
-    """Every shard of the data (made if missing, reused if present); returns {"train": ..., "held": ...}."""
-    plan = shard_plan(config, model.tokenizer)
-    paths = {(kind, i): root / f"{kind}-{i:04d}-{len(items)}.npz" for kind, i, items in plan}
-    todo = [(kind, i, items) for kind, i, items in plan if not paths[(kind, i)].is_file()]
-    log(f"data: {len(plan)} shards in {root} ({len(plan) - len(todo)} already made)")
-    start, done = time.perf_counter(), 0
-
-    def progress():
-        elapsed = time.perf_counter() - start
-        left = elapsed / done * (len(todo) - done) if done else float("nan")
-        log(f"  data shard {done}/{len(todo)}  {elapsed:5.0f} s  about {left:4.0f} s left")
-
-    if todo and workers > 1:
-        # each worker loads its own model; OpenBLAS in the workers uses one thread (see specref.__main__)
-        ctx = multiprocessing.get_context("spawn")
-        saved = os.environ.get("OPENBLAS_NUM_THREADS")
-        os.environ["OPENBLAS_NUM_THREADS"] = "1"
-        try:
-            with concurrent.futures.ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
-                                                        initargs=(None,)) as pool:
-                futures = [pool.submit(_worker_shard, config, kind, i, items, str(paths[(kind, i)]))
-                           for kind, i, items in todo]
-                for future in concurrent.futures.as_completed(futures):
-                    future.result()
-                    done += 1
-                    progress()
-        finally:
-            if saved is None:
-                os.environ.pop("OPENBLAS_NUM_THREADS", None)
-            else:
-                os.environ["OPENBLAS_NUM_THREADS"] = saved
-    else:
-        for kind, i, items in todo:
-            write_npz(paths[(kind, i)], make_shard(model, config, kind, i, items))
-            done += 1
-            progress()
-    model.reset()
-    return {"train": load_shards([p for (k, _), p in paths.items() if k != "held"]),
-            "held": load_shards([p for (k, _), p in paths.items() if k == "held"])}
-
-
-def load_shards(paths: list[pathlib.Path]) -> dict:
-    """Concatenate shards, keeping their sequences distinct."""
-    parts, offset = [], 0
-    for path in sorted(paths):
-        with np.load(path) as z:
-            part = {k: z[k] for k in z.files}
-        part["seq"] = part["seq"] + offset
-        offset = int(part["seq"].max()) + 1
-        parts.append(part)
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 # ---- training ---------------------------------------------------------------------------------------

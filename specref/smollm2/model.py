@@ -262,6 +262,39 @@ def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear, ffn=swiglu
     cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
 
 
+def decode_batch(tokens, weights: Weights, caches: list, rot, mm=linear,
+                 ffn=swiglu):  # [B], ..., B KVCaches, [ctx, hd/2] -> [B, d] (fills the caches)
+    """One decode step for B independent sequences: token b goes after the positions cache b holds.
+
+    The products with the weights see all B rows at once (one matmul of B rows reads each weight
+    once, as one row does); RoPE takes each row's own position, and attention runs per sequence,
+    over that sequence's own cache (`attention` with one query: no mask).  Row b's final state is
+    the one `forward([tokens[b]], ..., caches[b], ...)` gives, to float32 rounding.
+    """
+    c = weights.config
+    B = len(tokens)
+    if B != len(caches) or B == 0:
+        raise ValueError(f"decode_batch needs one cache per token, got {B} tokens and {len(caches)} caches")
+    positions = np.array([cache.length for cache in caches])                    # [B]
+    for cache in caches:
+        cache.reserve(cache.length + 1)
+    rot_b = rot[positions]                                                      # [B, hd/2]
+    x = weights.embed(np.asarray(tokens))                                       # [B, d]
+    for i, layer in enumerate(weights.layers):
+        qkv = mm(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)         # [B, q_dim + 2 kv_dim]
+        q = rope(qkv[:, :c.q_dim].reshape(B, c.n_heads, c.head_dim), rot_b)    # [B, H, hd]
+        k = rope(qkv[:, c.q_dim:c.q_dim + c.kv_dim].reshape(B, c.n_kv_heads, c.head_dim), rot_b)  # [B, Hkv, hd]
+        v = qkv[:, c.q_dim + c.kv_dim:].reshape(B, c.n_kv_heads, c.head_dim)   # [B, Hkv, hd]
+        mixed = np.concatenate([attention(q[b:b + 1], *cache.append(i, k[b:b + 1], v[b:b + 1]), None)
+                                for b, cache in enumerate(caches)])             # [B, H*hd]
+        x = x + mm(mixed, layer.w_o)
+        x = x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
+    h = rms_norm(x, weights.output_norm, c.rms_eps)                             # [B, d]
+    for b, cache in enumerate(caches):
+        cache.commit(np.asarray(tokens[b:b + 1]), h[b:b + 1])
+    return h
+
+
 class SmolLM2:
     """SmolLM2-135M-Instruct as a specref model: tokens [n] -> next-token probabilities [n, V].
 

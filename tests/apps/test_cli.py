@@ -77,6 +77,12 @@ BAD = {
         "--cache-dir": [["--cache-dir", "{file}"]],
         "--blas-threads": [["--blas-threads", "-2"]],
     },
+    "draft-data": {
+        "--positions": [["--positions", "0"], ["--positions", "2e6"], ["--positions", "2,000,000"]],
+        "--seed": [["--seed", "-1"], ["--seed", "x"]],
+        "--batch": [["--batch", "0"], ["--batch", "257"]],
+        "--cache-dir": [["--cache-dir", "{file}"]],
+    },
     "conform": {
         "--algorithm": [["--algorithm", "greedy"], ["--algorithm", "Token"], ["--algorithm"]],
         "--batch": [["--batch=1"]],
