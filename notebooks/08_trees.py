@@ -438,7 +438,7 @@ for name, alg in tree.ALGORITHMS.items():
                                  target=0.999, n_max=1e6)
         rows.append((bug.name, bug, bug_law, 2_000 if np.isinf(calls) else int(np.ceil(calls / 100) * 100)))
     for label, sampler, own_law, n in rows:
-        counts = tree.sample_calls(sampler, alg.children, case_draft, case_target, tree.WIDTHS, n,
+        counts = tree.sample_calls(sampler, alg.drawing, case_draft, case_target, tree.WIDTHS, n,
                                    np.random.default_rng(34))
         X2, dof, pval = stats.chi_square_gof(counts, as_float(law))
         tv = stats.total_variation(as_float(tree.continued(own_law, case_target, length)), as_float(target3))

@@ -8,7 +8,7 @@ prefix (the root is the prefix's last token) is
                        root-to-node path (`tree_distributions`)
     depth of a node    0 for a child of the root (its RoPE position is the prefix's length + depth)
     depth of a tree    the nodes on its longest path: the most drafts one call can accept
-    children mode      how a node's children are drawn ("topk", "iid", "without_replacement"),
+    drawing            how a node's children are drawn ("topk", "iid", "without_replacement"),
                        which fixes the verifier that is exact for them (`specref.verifiers`)
 A chain of K drafts is the tree with parents [-1, 0, ..., K-2].
 
@@ -32,8 +32,8 @@ import numpy as np
 from specref import mrs, verifiers
 from specref.protocol import check_tokens, keep_path, next_distributions
 
-# How a node's children can be drawn (`draw_children`); each has its exact verifier (`verifiers.for_children`).
-CHILDREN = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.TREES)  # "topk", "iid", "without_replacement"
+# How a node's children can be drawn (`draw_children`); each has its exact verifier (`verifiers.for_drawing`).
+DRAWINGS = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.TREES)  # "topk", "iid", "without_replacement"
 
 
 # ---------------------------------------------------------------- the shape of a tree
@@ -179,18 +179,18 @@ class Tree:
     """
 
     parents: tuple[int, ...]
-    children: str = "topk"  # "topk", "iid" or "without_replacement" (`draw_children`)
+    drawing: str = "topk"  # "topk", "iid" or "without_replacement" (`draw_children`)
     name: str = ""  # how the commands write the shape; made from parents if not given
 
     def __post_init__(self):
         _, parents = check_tree(np.zeros(len(self.parents), np.int64), np.asarray(self.parents, np.int64))
-        verifiers.for_children(self.children)  # ValueError unless a verifier is exact for this way of drawing
+        verifiers.for_drawing(self.drawing)  # ValueError unless a verifier is exact for this way of drawing
         object.__setattr__(self, "parents", tuple(int(j) for j in parents))
         if not self.name:
             object.__setattr__(self, "name", ",".join(map(str, self.parents)))
 
     @classmethod
-    def parse(cls, text: str, children: str = "topk") -> "Tree":
+    def parse(cls, text: str, drawing: str = "topk") -> "Tree":
         """The tree named `text` ("2x1", "3+1", ...: the class docstring); ValueError if it is not one."""
         t = "".join(str(text).split()).lower()
         sep = "+" if "+" in t else "x"
@@ -206,12 +206,12 @@ class Tree:
                 nxt += list(range(len(parents), len(parents) + w))
                 parents += [j] * w
             frontier = nxt if sep == "x" else nxt[:1]  # a spine grows under the first child only
-        return cls(tuple(parents), children, sep.join(parts))
+        return cls(tuple(parents), drawing, sep.join(parts))
 
     @classmethod
-    def chain(cls, K: int, children: str = "iid") -> "Tree":
+    def chain(cls, K: int, drawing: str = "iid") -> "Tree":
         """K drafts in a row: the tree Algorithm 2 drafts (with i.i.d. children, verify_tree_mss is `mrs.verify`)."""
-        return cls(tuple(range(-1, K - 1)), children, "x".join(["1"] * K))
+        return cls(tuple(range(-1, K - 1)), drawing, "x".join(["1"] * K))
 
     @property
     def size(self) -> int:
@@ -230,16 +230,16 @@ class Tree:
 
     @property
     def verifier(self) -> Callable:
-        """The tree verifier that is exact for children drawn this tree's way (`verifiers.for_children`)."""
-        return verifiers.for_children(self.children).function
+        """The tree verifier that is exact for children drawn this tree's way (`verifiers.for_drawing`)."""
+        return verifiers.for_drawing(self.drawing).function
 
-    def with_children(self, children: str) -> "Tree":
+    def with_drawing(self, drawing: str) -> "Tree":
         """The same shape with children drawn another way."""
-        return Tree(self.parents, children, self.name)
+        return Tree(self.parents, drawing, self.name)
 
 
-def draw_children(p: np.ndarray, width: int, children: str, rng: np.random.Generator) -> list[int]:  # [V] -> [<= width]
-    """One node's children, drawn from the draft's row p as `children` says; each way has its exact verifier.
+def draw_children(p: np.ndarray, width: int, drawing: str, rng: np.random.Generator) -> list[int]:  # [V] -> [<= width]
+    """One node's children, drawn from the draft's row p as `drawing` says; each way has its exact verifier.
 
     "topk"                 the `width` tokens with the largest p (ties to the lower id; never a token with
                            p = 0, so fewer if fewer have p > 0); no randomness.  verify_tree_topk is exact
@@ -252,22 +252,22 @@ def draw_children(p: np.ndarray, width: int, children: str, rng: np.random.Gener
     The children are returned in the order drawn, which is the order the verifiers test them in.
     """
     p = np.asarray(p, dtype=np.float64)
-    if children == "topk":
+    if drawing == "topk":
         live = np.flatnonzero(p > 0)
         if width < live.size:  # the width-th largest value, then every token above it and the lowest ids at it
             kth = np.partition(p[live], live.size - width)[live.size - width]
             above, at = live[p[live] > kth], live[p[live] == kth]
             live = np.concatenate([above, at[: width - above.size]])
         return [int(v) for v in live[np.lexsort((live, -p[live]))]]  # largest p first, ties to the lower id
-    if children == "iid":
+    if drawing == "iid":
         return [mrs.sample(p, rng) for _ in range(width)]
-    if children == "without_replacement":
+    if drawing == "without_replacement":
         left, out = p.copy(), []
         for _ in range(min(width, int(np.count_nonzero(p > 0)))):
             out.append(mrs.sample(left, rng))
             left[out[-1]] = 0.0
         return out
-    raise ValueError(f"children must be one of {', '.join(CHILDREN)}, got {children!r}")
+    raise ValueError(f"drawing must be one of {', '.join(DRAWINGS)}, got {drawing!r}")
 
 
 def draft_tree(draft_model, x: np.ndarray, tree: Tree, rng: np.random.Generator
@@ -285,7 +285,7 @@ def draft_tree(draft_model, x: np.ndarray, tree: Tree, rng: np.random.Generator
     """
     shape = tree.parents
     kids = children_of(shape)  # kids[r]: template nodes under template row r (0: the root)
-    candidates = getattr(draft_model, "candidates", None) if tree.children == "topk" else None
+    candidates = getattr(draft_model, "candidates", None) if tree.drawing == "topk" else None
     token, path, rows, calls = {}, {-1: x}, {}, 0  # per template node: its token, its tokens from the prompt, its row
     for r, under in enumerate(kids):  # template row r: the root (r = 0) or template node r - 1
         if not under or (r - 1) not in path:  # a leaf, or a node left out
@@ -299,7 +299,7 @@ def draft_tree(draft_model, x: np.ndarray, tree: Tree, rng: np.random.Generator
                 raise ValueError(f"{draft_model!r}.candidates returned {xs} for k = {len(under)}; expected at most "
                                  f"{len(under)} distinct token ids")
         else:
-            xs = draw_children(p_r, len(under), tree.children, rng)
+            xs = draw_children(p_r, len(under), tree.drawing, rng)
         for i, v in zip(under, xs):  # children the row could not fill stay out
             token[i], path[i] = v, np.append(path[r - 1], v)
     kept = sorted(token)  # template nodes drawn, in template order (parents before children)

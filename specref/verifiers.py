@@ -25,7 +25,7 @@ class Verifier:
 
     name: str  # "token", "block", "tree-topk", ...: the --verify / --algorithm value and the reports' name
     function: Callable  # mrs.verify's contract for a chain, mrs_tree.verify_tree_*'s for a tree
-    drafts: str  # "chain", or the children mode its trees are drawn with ("topk", "iid", "without_replacement")
+    drafts: str  # "chain", or the drawing its trees' children are drawn with ("topk", "iid", "without_replacement")
     label: str  # what a report calls it
 
     @property
@@ -45,10 +45,10 @@ CHAINS = tuple(name for name, v in REGISTRY.items() if not v.is_tree)  # ("token
 TREES = tuple(name for name, v in REGISTRY.items() if v.is_tree)  # ("tree-topk", "tree-mss", "tree-rrs")
 
 
-def for_children(children: str) -> Verifier:
-    """The tree verifier that is exact for children drawn the way `children` says; ValueError if none is."""
+def for_drawing(drawing: str) -> Verifier:
+    """The tree verifier that is exact for children drawn the way `drawing` says; ValueError if none is."""
     for v in REGISTRY.values():
-        if v.is_tree and v.drafts == children:
+        if v.is_tree and v.drafts == drawing:
             return v
     modes = ", ".join(REGISTRY[name].drafts for name in TREES)
-    raise ValueError(f"children must be one of {modes}, got {children!r}")
+    raise ValueError(f"drawing must be one of {modes}, got {drawing!r}")

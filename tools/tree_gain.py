@@ -51,7 +51,7 @@ from specref.trees import Tree  # noqa: E402
 # V = 6 would be 6^8 contexts per model), on HumanEval at K = 4 and 8.
 SHAPES = {4: ("2x1", "3+1", "2+1+1", "4"), 6: ("2x2", "3x1", "2x1x1", "3+2+1")}
 HUMANEVAL_SHAPES = {4: SHAPES[4], 8: ("4x1", "2x3", "4+2+1+1", "2x1x1x1")}
-CHILDREN = ("topk", "iid", "without_replacement")
+DRAWINGS = ("topk", "iid", "without_replacement")
 NAMES = {"topk": "top-k", "iid": "i.i.d. (mss)", "without_replacement": "w/o repl. (rrs)"}
 
 
@@ -63,7 +63,7 @@ def _largest(row, width: int) -> list[int]:  # the width tokens with the most ma
 
 
 def expected_tokens(tree: Tree, draft_row, target_row) -> float:
-    """Exact expected tokens of one call: the tree drawn from the draft as `tree.children` says and verified by its
+    """Exact expected tokens of one call: the tree drawn from the draft as `tree.drawing` says and verified by its
     exact verifier, over the draws and the verifier's uniforms.  draft_row(prefix), target_row(prefix): the rows
     after the tokens `prefix` (a tuple), as in specref.proof.  A chain (one child per node) drawn "iid" is
     Algorithm 2 with `mrs.verify`."""
@@ -78,7 +78,7 @@ def expected_tokens(tree: Tree, draft_row, target_row) -> float:
         under = kids[row]
         if not under:
             value = 1.0  # the bonus token
-        elif tree.children == "topk":  # y ~ q, followed when it is a child
+        elif tree.drawing == "topk":  # y ~ q, followed when it is a child
             q, xs = target_row(prefix), _largest(draft_row(prefix), len(under))
             value = 1.0 + sum(q[x] * at(i + 1, prefix + (x,)) for i, x in zip(under, xs))
         else:
@@ -100,7 +100,7 @@ def expected_tokens(tree: Tree, draft_row, target_row) -> float:
                 res = np.maximum(w - d, 0.0)
                 w2 = res / res.sum() if res.sum() > 0 else w
                 d2 = d
-                if tree.children == "without_replacement":
+                if tree.drawing == "without_replacement":
                     d2 = d.copy()
                     d2[x] = 0.0
                     d2 = d2 / d2.sum() if d2.sum() > 0 else d2
@@ -155,17 +155,17 @@ def exact_tables(V: int = 6, pairs: int = 8, lams=(0.2, 0.5, 0.8), concentration
     head = "| K | tree | children | " + " | ".join(f"lam {lam} (alpha {alphas[lam]:.2f})" for lam in lams) + " |"
     out += [head, "|---|---|---|" + "---|" * len(lams)]
 
-    def row(K, name, children, tree):
+    def row(K, name, drawing, tree):
         values = [np.mean([expected_tokens(tree, d, t) for l2, d, t in models if l2 == lam]) for lam in lams]
-        out.append(f"| {K} | {name} | {children} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
-        print(f"  K = {K}, {name}, {children}: " + ", ".join(f"{v:.3f}" for v in values), file=sys.stderr, flush=True)
+        out.append(f"| {K} | {name} | {drawing} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
+        print(f"  K = {K}, {name}, {drawing}: " + ", ".join(f"{v:.3f}" for v in values), file=sys.stderr, flush=True)
 
     for K, shapes in SHAPES.items():
         row(K, f"chain of {K}", "Algorithm 2 (mrs.verify)", Tree.chain(K, "iid"))
         row(K, f"chain of {K}", NAMES["topk"], Tree.chain(K, "topk"))
         for name in shapes:
-            for children in CHILDREN:
-                row(K, name, NAMES[children], Tree.parse(name, children))
+            for drawing in DRAWINGS:
+                row(K, name, NAMES[drawing], Tree.parse(name, drawing))
     out += ["", "The same, predicted by Eq. 1 for trees (specref.speedup.tree_expected_tokens) from the chances by rank "
                 "at the root, exact per model and averaged over the models as a run averages them over its calls (the "
                 "iid assumption: every node like an average root):", "",
@@ -173,12 +173,12 @@ def exact_tables(V: int = 6, pairs: int = 8, lams=(0.2, 0.5, 0.8), concentration
             "|---|---|---|" + "---|" * len(lams)]
     for K, shapes in SHAPES.items():
         for name in (f"1x{'x'.join(['1'] * (K - 1))}",) + shapes:
-            for children in ("topk", "without_replacement"):
-                tree = Tree.parse(name, children)
+            for drawing in ("topk", "without_replacement"):
+                tree = Tree.parse(name, drawing)
                 values = [speedup.tree_expected_tokens(tree.parents, np.mean(
-                    [root_profile(children, d, t) for l2, d, t in models if l2 == lam], axis=0)) for lam in lams]
+                    [root_profile(drawing, d, t) for l2, d, t in models if l2 == lam], axis=0)) for lam in lams]
                 label = f"chain of {K}" if name.startswith("1x") else name
-                out.append(f"| {K} | {label} | {NAMES[children]} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
+                out.append(f"| {K} | {label} | {NAMES[drawing]} | " + " | ".join(f"{v:.3f}" for v in values) + " |")
     return "\n".join(out)
 
 
@@ -248,8 +248,8 @@ def run_costs(repeats: int = 15) -> int:
                                          f"{costs['score_ratio_rounds'][N][1]:.2f}]")
         print(f"| {N} | {r:.2f} [{low:.2f}, {high:.2f}] | {peer} |")
     print("chains: " + ", ".join(f"K={k} {v:.2f}" for k, v in costs["score_ratio"].items()))
-    for children, ms in costs["verify_tree_ms"].items():
-        print(f"{children}: {ms:.2f} ms = {100 * costs['verify_tree_fraction'][children]:.2f}% of a decode step; "
+    for drawing, ms in costs["verify_tree_ms"].items():
+        print(f"{drawing}: {ms:.2f} ms = {100 * costs['verify_tree_fraction'][drawing]:.2f}% of a decode step; "
               f"mrs.verify (K = 4) {costs['mrs_ms']:.2f} ms")
     return 0
 
@@ -265,7 +265,7 @@ def run_depths(draft: str = "prompt-lookup", shapes=("4", "4x1x1", "2+1+1+1+1+1"
     for shape in shapes:
         tree = Tree.parse(shape, demo.tree_children(draft, 0.0))
         r = demo.generate(model, prompt_ids, "SpS", draft, 0, 0.0, None, max_new_tokens, 0, tok.eos_id, tree=tree)
-        print(f"{draft}, greedy, tree {shape} ({tree.children} children), {len(r.tokens)} tokens: "
+        print(f"{draft}, greedy, tree {shape} ({tree.drawing} children), {len(r.tokens)} tokens: "
               f"{r.stats.tokens_per_target_call:.2f} tokens per call measured; predicted "
               f"{speedup.tree_expected_tokens(tree.parents, r.profile[0]):.2f} from the root's chances, "
               f"{speedup.tree_expected_tokens(tree.parents, r.profile):.2f} from every depth's")

@@ -69,9 +69,9 @@ def format_table(costs: dict) -> str:
         peer = f" (a chain of {N + 1}: {chain:.2f})" if chain is not None else ""
         lines.append(row(f"score a tree of {N} nodes / decode", f"{r:.2f}", spread=costs["tree_score_ratio_rounds"][N])
                      + peer)
-    for children, ms in costs.get("verify_tree_ms", {}).items():
-        name = verifiers.for_children(children).function.__name__
-        fraction = costs["verify_tree_fraction"][children]
+    for drawing, ms in costs.get("verify_tree_ms", {}).items():
+        name = verifiers.for_drawing(drawing).function.__name__
+        fraction = costs["verify_tree_fraction"][drawing]
         lines.append(row(f"{name}, {VERIFY_TREE} = 16 nodes (ms)", f"{ms:.2f}"))
         lines.append(row(f"{name} / decode", f"{100 * fraction:.2f}%", f"< {100 * TARGETS['verify_tree_fraction']:.0f}%",
                          fraction < TARGETS["verify_tree_fraction"]))

@@ -17,7 +17,7 @@ Medians over repeats, on the real model:
 - `tree_score_ratio`: N -> (time to score a tree of N nodes in one call, `SmolLM2.score_tree`, with
   the root's token not cached yet, as in speculative sampling) / (one decode step), N in TREE_SIZES,
   timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
-- `verify_tree_ms`: children -> one call of that tree verifier (`specref.verifiers.for_children`)
+- `verify_tree_ms`: drawing -> one call of that tree verifier (`specref.verifiers.for_drawing`)
   on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
 """
@@ -29,7 +29,7 @@ import numpy as np
 
 from specref import verifiers
 from specref.mrs import verify, verify_block
-from specref.trees import CHILDREN, Tree, draw_children
+from specref.trees import DRAWINGS, Tree, draw_children
 from specref.smollm2.model import SmolLM2
 from specref.fast.kernels import PANEL, from_panels, to_panels
 from specref.fast.machine import cores
@@ -177,11 +177,11 @@ def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
     return {f"tree {N}": (lambda N=N: score(N)) for N in sizes}
 
 
-def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int = 51) -> float:
-    """Median ms of one call of the tree verifier for `children` (`specref.verifiers.for_children`) on softmax
+def verify_tree_ms(V: int, drawing: str, tree: str = VERIFY_TREE, repeats: int = 51) -> float:
+    """Median ms of one call of the tree verifier for `drawing` (`specref.verifiers.for_drawing`) on softmax
     rows of size V, on the tree `tree` with its children drawn from those rows that verifier's way."""
     rng = np.random.default_rng(0)
-    shape, verify = Tree.parse(tree, children), verifiers.for_children(children).function
+    shape, verify = Tree.parse(tree, drawing), verifiers.for_drawing(drawing).function
     times = []
     for _ in range(repeats):
         p, q = _softmax_rows(rng, shape.size + 1, V), _softmax_rows(rng, shape.size + 1, V)  # [N+1, V] each
@@ -189,7 +189,7 @@ def verify_tree_ms(V: int, children: str, tree: str = VERIFY_TREE, repeats: int 
         for row in range(shape.size + 1):                          # the root (row 0), then node row - 1
             kids = [i for i, j in enumerate(shape.parents) if j == row - 1]
             if kids:
-                tokens[kids] = draw_children(p[row], len(kids), children, rng)
+                tokens[kids] = draw_children(p[row], len(kids), drawing, rng)
         parents = np.array(shape.parents)
         t = time.perf_counter()
         verify(tokens, parents, p, q, rng)
@@ -228,9 +228,9 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "tree_score_ms": median_ms(tree_rounds),
         "tree_score_ratio": {N: ms / decode for N, ms in median_ms(tree_rounds).items()},
         "tree_score_ratio_rounds": {N: quartiles(np.array(v) / per_round_decode) for N, v in tree_rounds.items()},
-        "verify_tree_ms": (tree_ms := {children: verify_tree_ms(model.config.vocab_size, children)
-                                       for children in CHILDREN}),
-        "verify_tree_fraction": {children: ms / decode for children, ms in tree_ms.items()},
+        "verify_tree_ms": (tree_ms := {drawing: verify_tree_ms(model.config.vocab_size, drawing)
+                                       for drawing in DRAWINGS}),
+        "verify_tree_fraction": {drawing: ms / decode for drawing, ms in tree_ms.items()},
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),
         "plan": model.fast.to_json() if model.fast is not None else "plain",

@@ -24,7 +24,7 @@ Where a tree pays, the table gets a tree row; where none does, the notes below t
 with the best tree's prediction.  `--tree SHAPE` runs that tree for every draft.  Top-k children
 (the draft's own ranking, verified by the target alone) are used greedily and for prompt lookup;
 a sampling draft's children are drawn without replacement (recursive rejection sampling), so that
-its first child is an ordinary modified-rejection-sampling draft (`tree_children`).
+its first child is an ordinary modified-rejection-sampling draft (`tree_drawing`).
 
 `--verify block` runs SpS with block verification (`specref.mrs.verify_block`) instead of
 token-level verification (`specref.mrs.verify`).  Either way, every SpS call's drafts and rows
@@ -98,7 +98,7 @@ class Run:
     score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
     tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
-    children: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
+    drawing: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
     why_tree: str = ""  # how the tree was chosen (`choose_tree`)
 
@@ -122,7 +122,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
         if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
-    profile = TreeProfile(tree.children) if tree is not None else None
+    profile = TreeProfile(tree.drawing) if tree is not None else None
     stats = timed_generation(np.array(prompt_ids), model, draft, tree.size if tree else K,
                              Warp(temperature, None, top_p), max_new_tokens,
                              np.random.default_rng(seed), stop=lambda new: eos in new, on_step=on_step,
@@ -135,7 +135,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
                until_eos(stats.new_tokens, eos), stats, verify if draft else "-",
                expected.token / calls, expected.block / calls)
     if draft is not None and tree is not None:
-        r.tree, r.children, r.profile, r.verify = tree.name, tree.children, profile.profile, TREE_VERIFY[tree.children]
+        r.tree, r.drawing, r.profile, r.verify = tree.name, tree.drawing, profile.profile, TREE_VERIFY[tree.drawing]
     return r
 
 
@@ -261,7 +261,7 @@ def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list
     return sorted(names, key=lambda n: (Tree.parse(n).size, n))
 
 
-def tree_children(draft_name: str, temperature: float) -> str:
+def tree_drawing(draft_name: str, temperature: float) -> str:
     """How the demo draws a draft's children: the draft's top-k (`specref.trees.draw_children`, verified by
     the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
     are its candidates; otherwise without replacement (recursive rejection sampling), so that the first
@@ -269,10 +269,10 @@ def tree_children(draft_name: str, temperature: float) -> str:
     return "topk" if temperature == 0 or draft_name.startswith("prompt-lookup") else "without_replacement"
 
 
-def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, children: str) -> list[float]:  # [k], [V], [V] -> [k]
-    """The chance that the tree verifier for `children` accepts each child of the root, in order, exactly over
+def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, drawing: str) -> list[float]:  # [k], [V], [V] -> [k]
+    """The chance that the tree verifier for `drawing` accepts each child of the root, in order, exactly over
     its uniforms (the rules of `specref.mrs`'s verify_tree_topk, _mss, _rrs): P(walk goes on to the child of rank r)."""
-    if children == "topk":
+    if drawing == "topk":
         return [float(q[x]) for x in children_tokens]       # y ~ q, followed when it is a child
     out, stay, w, d = [], 1.0, q.copy(), p.copy()           # w, d: the target's and the draft's rows as the tests leave them
     for x in children_tokens:
@@ -282,7 +282,7 @@ def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, children: str) -
         r = np.maximum(w - d, 0.0)
         if r.sum() > 0:
             w = r / r.sum()
-        if children == "without_replacement":
+        if drawing == "without_replacement":
             d[x] = 0.0
             if d.sum() > 0:
                 d = d / d.sum()
@@ -315,15 +315,15 @@ def chances_text(profile) -> str:
 
 
 class TreeProfile:
-    """The exact tree verifier for `children`, which also adds up the chances by rank (`root_chances`) at every node
+    """The exact tree verifier for `drawing`, which also adds up the chances by rank (`root_chances`) at every node
     each call's walk reaches, by depth: `profile` is their mean per depth (`profile_table`), the `accept` of
     `speedup.tree_expected_tokens`.  `calls` and `sums` are the root's (every call reaches it), `deeper[d - 1]` is
     [nodes reached, sums by rank] at depth d >= 1.  Measured at each depth because the chances differ by depth:
     in a run that copies from its prompt, a candidate below an accepted one is accepted far more often than one
     at the root.  `seconds` is the time spent computing them (a timed run subtracts it: it is not sampling)."""
 
-    def __init__(self, children: str):
-        self.children, self.verify = children, verifiers.for_children(children).function
+    def __init__(self, drawing: str):
+        self.drawing, self.verify = drawing, verifiers.for_drawing(drawing).function
         self.sums, self.calls, self.deeper, self.seconds = [], 0, [], 0.0
 
     def __call__(self, tokens, parents, p, q, rng):
@@ -334,7 +334,7 @@ class TreeProfile:
             kids = np.flatnonzero(parents == node)
             if kids.size == 0:
                 break
-            chances = root_chances(tokens[kids], p[node + 1], q[node + 1], self.children)
+            chances = root_chances(tokens[kids], p[node + 1], q[node + 1], self.drawing)
             if depth == 0:
                 self.calls += 1
                 sums = self.sums
@@ -360,7 +360,7 @@ class TreeChoice:
     """A tree for one draft and setting, from Theorem 3.8 for trees with measured costs."""
 
     tree: str  # the best shape of `tree_shapes()`
-    children: str
+    drawing: str
     profile: list  # chances by rank at each depth, measured in the pilot (`TreeProfile`)
     c: float  # one draft row / one decode step, measured in the pilot
     predicted: float  # the model's speedup for that tree
@@ -371,7 +371,7 @@ class TreeChoice:
         return self.predicted > 1.0
 
     def why(self) -> str:
-        head = f"{TREE_VERIFY[self.children]} children, chances by rank {chances_text(self.profile)}, c {self.c:.3f}: "
+        head = f"{TREE_VERIFY[self.drawing]} children, chances by rank {chances_text(self.profile)}, c {self.c:.3f}: "
         than = "" if self.chain is None else f" (the chain: K = {self.chain.K} predicts {self.chain.predicted:.2f}x)"
         if self.pays:
             return head + f"tree {self.tree} predicts {self.predicted:.2f}x" + than
@@ -388,7 +388,7 @@ def choose_tree(pilot: Run, base: Run, costs: list[float], chain: KChoice | None
     best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
         Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))
     tree = Tree.parse(best)
-    return TreeChoice(best, pilot.children, profile, c,
+    return TreeChoice(best, pilot.drawing, profile, c,
                       speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)
 
 
@@ -438,7 +438,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
     with `scoring_costs` if not given), and then also a tree (`choose_tree`): a tree row follows
     the chain's where one pays.  tree: a shape ("3+1", `specref.trees.Tree.parse`) to run as a
-    tree row for every draft instead (children drawn as `tree_children` says)."""
+    tree row for every draft instead (children drawn as `tree_drawing` says)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
     if K is None and costs is None:
@@ -468,18 +468,18 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
                 f"predicted {r.predicted:.2f}x]")
             results.append(r)
-            children = tree_children(name, temperature)
-            shape, why_tree = (Tree.parse(tree, children) if tree else None), ""
+            drawing = tree_drawing(name, temperature)
+            shape, why_tree = (Tree.parse(tree, drawing) if tree else None), ""
             if tree is None and K is None:  # a tree where one pays, by the same measured costs
                 pilot = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, PILOT_TOKENS, seed + 1,
-                                 eos, None, verify, tree=Tree.parse(TREE_PILOT, children))
+                                 eos, None, verify, tree=Tree.parse(TREE_PILOT, drawing))
                 tree_choice = choose_tree(pilot, base, costs, choice)
                 why_tree = tree_choice.why()
-                shape = Tree.parse(tree_choice.tree, children) if tree_choice.pays else None
+                shape = Tree.parse(tree_choice.tree, drawing) if tree_choice.pays else None
                 if shape is None:
                     r.why_tree = why_tree  # said beside the chain's row: no tree row
             if shape is not None:
-                log(f"\n--- SpS with {name} draft, tree {shape.name} ({TREE_VERIFY[children]} verification), {label} ---")
+                log(f"\n--- SpS with {name} draft, tree {shape.name} ({TREE_VERIFY[drawing]} verification), {label} ---")
                 t = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, max_new_tokens, seed, eos,
                              printer, verify, tree=shape)
                 t.why_tree = why_tree

@@ -95,7 +95,7 @@ def timed_generation(x: np.ndarray, target_model, draft_model, K: int, warp: War
     next_distributions(target_model, x, 1)  # prefill, untimed
     target = Timed(Warped(target_model, warp.temperature, warp.top_k, warp.top_p))
     draft = None if draft_model is None else \
-        Timed(draft_model if tree is not None and tree.children == "topk" else
+        Timed(draft_model if tree is not None and tree.drawing == "topk" else
               Warped(draft_model, warp.temperature, warp.top_k, warp.top_p))
     stats = RunStats()
     outside = 0.0  # seconds spent in the caller's callbacks, not in sampling

@@ -91,7 +91,7 @@ def count_marginal(law_or_counts):
 # ---------------------------------------------------------------- trees of drafts (specref.proof.tree)
 #
 # A tree verifier (`mrs.verify_tree_*`'s contract) is checked on trees the checker draws itself, the way its
-# algorithm assumes (tree.ALGORITHMS[...].children), from rows that depend on the context (a bug that reads
+# algorithm assumes (tree.ALGORITHMS[...].drawing), from rows that depend on the context (a bug that reads
 # another node's row is invisible otherwise).  The exact law of one call, the tree's drawing included, is
 # tree.tree_call_law in fractions.
 
@@ -185,11 +185,11 @@ class TreeSetting:
         self.case, self.ids = case, np.array(case.ids)
         self.draft, self.target = tree.float_rows(case.draft_row), tree.float_rows(case.target_row)
 
-    def call(self, children: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens [N], parents [N], p [N+1, V], q [N+1, V]) of one call: a tree drawn `children`'s way, its rows.
+    def call(self, drawing: str, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens [N], parents [N], p [N+1, V], q [N+1, V]) of one call: a tree drawn `drawing`'s way, its rows.
         (The tree is drawn over the case's entries, then its tokens named by their ids: the same law as drawing
         from the rows over the whole vocabulary, at the cost of the few live entries.)"""
-        entries, parents = tree.draw_tree(children, self.draft, self.case.widths, rng)
+        entries, parents = tree.draw_tree(drawing, self.draft, self.case.widths, rng)
         if self.case.uneven:
             entries, parents, _ = first_branch_only(entries, parents)
         if self.case.depth_first:
@@ -228,4 +228,4 @@ def tree_sequence_law(algorithm: str, widths: tuple, bug: str | None = None) -> 
     alg, (target, draft) = tree.ALGORITHMS[algorithm], laws.markov_pair()
     if bug is None:
         return laws.sequence_law(target, laws.SEQ_PROMPT, laws.SEQ_N)
-    return tree.loop_law(alg.bug[bug].law, alg.children, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, widths)
+    return tree.loop_law(alg.bug[bug].law, alg.drawing, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, widths)

@@ -3,7 +3,7 @@
 specref.mrs_tree verifies a tree of drafts three ways, and each is exact only for trees drawn its way.
 For each algorithm of ALGORITHMS ("tree-topk", "tree-mss", "tree-rrs") this module holds what a
 test or a conformance checker needs (an `Algorithm`):
-- how its trees are drawn: `draw_tree` with the algorithm's `children` choice ("topk": the
+- how its trees are drawn: `draw_tree` with the algorithm's `drawing` ("topk": the
   draft's most likely tokens, "iid": i.i.d. draws from the draft, "without_replacement"), and
   `tree_draws`, every tree with its exact chance;
 - its reference verifier, from specref.verifiers;
@@ -41,7 +41,7 @@ from specref.trees import draw_children, node_paths
 # The suite's small tree: two children at the root and two under each (N = 6 nodes, depth 2).
 WIDTHS = (2, 2)
 # How each algorithm's trees are drawn: the draft's top tokens, i.i.d. draws, draws without replacement.
-CHILDREN = ("topk", "iid", "without_replacement")
+DRAWINGS = ("topk", "iid", "without_replacement")
 
 
 # ---------------------------------------------------------------- the shape of a tree
@@ -53,7 +53,7 @@ def tree_rows(tokens, parents, row: Callable) -> list:  # [N], [N] -> [N+1] rows
 
 # ---------------------------------------------------------------- drawing a tree
 
-def draw_tree(children: str, draft_row: Callable, widths, rng: np.random.Generator) -> tuple[list[int], list[int]]:
+def draw_tree(drawing: str, draft_row: Callable, widths, rng: np.random.Generator) -> tuple[list[int], list[int]]:
     """(tokens, parents) of a tree drawn level by level: each node at depth d gets its children from
     draft_row(path) by `draw_children` with width widths[d].  Nodes are numbered level by level, in the
     order they were drawn, so a parent comes before its children and siblings are in drawing order."""
@@ -61,7 +61,7 @@ def draw_tree(children: str, draft_row: Callable, widths, rng: np.random.Generat
     for width in widths:
         nxt = []
         for j, path in frontier:
-            for x in draw_children(draft_row(path), width, children, rng):
+            for x in draw_children(draft_row(path), width, drawing, rng):
                 tokens.append(int(x))
                 parents.append(j)
                 nxt.append((len(tokens) - 1, path + (int(x),)))
@@ -69,14 +69,14 @@ def draw_tree(children: str, draft_row: Callable, widths, rng: np.random.Generat
     return tokens, parents
 
 
-def children_law(children: str, row, width: int) -> list[tuple[object, tuple]]:  # row [V]
+def children_law(drawing: str, row, width: int) -> list[tuple[object, tuple]]:  # row [V]
     """Every outcome of `draw_children` with its exact chance: [(chance, tokens)] (fractions in, fractions out)."""
     live = [x for x in range(len(row)) if row[x] > 0]
-    if children == "topk":
+    if drawing == "topk":
         return [(1, tuple(draw_children(row, width, "topk", None)))]
-    if children == "iid":
+    if drawing == "iid":
         return [(math.prod(row[x] for x in xs), xs) for xs in itertools.product(live, repeat=width)]
-    if children == "without_replacement":
+    if drawing == "without_replacement":
         out = []
         for xs in itertools.permutations(live, min(width, len(live))):
             chance, used = 1, 0
@@ -84,16 +84,16 @@ def children_law(children: str, row, width: int) -> list[tuple[object, tuple]]: 
                 chance, used = chance * row[x] / (1 - used), used + row[x]
             out.append((chance, xs))
         return out
-    raise ValueError(f"children must be one of {CHILDREN}, got {children!r}")
+    raise ValueError(f"drawing must be one of {DRAWINGS}, got {drawing!r}")
 
 
-def tree_draws(children: str, draft_row: Callable, widths) -> list[tuple[object, list[int], list[int]]]:
+def tree_draws(drawing: str, draft_row: Callable, widths) -> list[tuple[object, list[int], list[int]]]:
     """Every tree `draw_tree` can return, numbered as it numbers them, with its exact chance: [(chance, tokens, parents)]."""
     states = [(1, [], [], [(-1, ())])]  # chance, tokens, parents, frontier
     for width in widths:
         nxt = []
         for chance, tokens, parents, frontier in states:
-            options = [children_law(children, draft_row(path), width) for _, path in frontier]
+            options = [children_law(drawing, draft_row(path), width) for _, path in frontier]
             for combo in itertools.product(*options):
                 c, toks, pars, front = chance, list(tokens), list(parents), []
                 for (j, path), (cc, xs) in zip(frontier, combo):
@@ -109,19 +109,19 @@ def tree_draws(children: str, draft_row: Callable, widths) -> list[tuple[object,
 
 # ---------------------------------------------------------------- one call with its tree drawn
 
-def tree_call_law(law_given_tree: Callable, children: str, draft_row: Callable, target_row: Callable,
+def tree_call_law(law_given_tree: Callable, drawing: str, draft_row: Callable, target_row: Callable,
              widths) -> dict[tuple, object]:
-    """Exact law of one call with the tree drawn as `children` says: the sum over `tree_draws` of each tree's
+    """Exact law of one call with the tree drawn as `drawing` says: the sum over `tree_draws` of each tree's
     chance times law_given_tree(tokens, parents, p, q) (a `Rule.law`, a bug's law), p and q the rows on that tree."""
     law = {}
-    for chance, tokens, parents in tree_draws(children, draft_row, widths):
+    for chance, tokens, parents in tree_draws(drawing, draft_row, widths):
         p, q = tree_rows(tokens, parents, draft_row), tree_rows(tokens, parents, target_row)
         for out, v in law_given_tree(tokens, parents, p, q).items():
             law[out] = law.get(out, 0) + chance * v
     return law
 
 
-def fresh_children_law(children: str, draft_row: Callable, target_row: Callable, widths) -> dict[tuple, object]:
+def fresh_children_law(drawing: str, draft_row: Callable, target_row: Callable, widths) -> dict[tuple, object]:
     """The correct law of one call with the tree drawn, computed another way than `tree_call_law`: at each node the
     next child is a fresh draw from the draft (given the earlier children: i.i.d., or without them), and only
     the subtree of an accepted child matters, so the law follows from one recursion over contexts, without
@@ -138,14 +138,14 @@ def fresh_children_law(children: str, draft_row: Callable, target_row: Callable,
         q_row, law = target_row(prefix), {}
         if len(prefix) == len(widths):  # a leaf: the bonus token
             law = {(y,): v for y, v in enumerate(q_row) if v > 0}
-        elif children == "topk":
+        elif drawing == "topk":
             xs = draw_children(draft_row(prefix), widths[len(prefix)], "topk", None)
             for y, v in enumerate(q_row):
                 if v > 0:
                     add(law, v, at(prefix + (y,)) if y in xs else {(): 1}, (y,))
         else:
             p_row = draft_row(prefix)
-            m = widths[len(prefix)] if children == "iid" else min(widths[len(prefix)], sum(1 for v in p_row if v > 0))
+            m = widths[len(prefix)] if drawing == "iid" else min(widths[len(prefix)], sum(1 for v in p_row if v > 0))
             law = tests(prefix, list(q_row), list(p_row), m)
         memo[prefix] = law
         return law
@@ -161,7 +161,7 @@ def fresh_children_law(children: str, draft_row: Callable, target_row: Callable,
                     add(law, dx * a, at(prefix + (x,)), (x,))
                 if a < 1:  # x drawn and rejected: q <- norm(max(0, q - p)); without replacement also p <- p without x
                     r = [max(0 * v, v - u) for u, v in zip(d, w)]
-                    nd = d if children == "iid" else _normalised([0 * v if y == x else v for y, v in enumerate(d)])
+                    nd = d if drawing == "iid" else _normalised([0 * v if y == x else v for y, v in enumerate(d)])
                     add(law, dx * (1 - a), tests(prefix, _normalised(r), nd, m - 1))
         return law
 
@@ -178,9 +178,9 @@ def _model_rows(model, context: tuple) -> Callable:  # path -> the model's row a
     return row
 
 
-def loop_law(law_given_tree: Callable, children: str, draft, target, prompt, N: int, widths) -> dict[tuple, float]:
+def loop_law(law_given_tree: Callable, drawing: str, draft, target, prompt, N: int, widths) -> dict[tuple, float]:
     """Exact law of the N tokens a speculative loop with trees appends to `prompt`: each call draws a tree from the
-    draft at the tokens so far (`children`'s way, `widths`), the target scores it, and the call's output has law
+    draft at the tokens so far (`drawing`'s way, `widths`), the target scores it, and the call's output has law
     law_given_tree(tokens, parents, p, q) (`Rule.law`, a bug's law); a call that overshoots N is cut to N.
 
     draft and target are models (specref.protocol); a model with an `order` (laws.MarkovChain) sees only its last
@@ -197,7 +197,7 @@ def loop_law(law_given_tree: Callable, children: str, draft, target, prompt, N: 
             context = x + seq
             tail = context[-order:] if order and len(context) >= order else context
             if tail not in call_laws:
-                call_laws[tail] = tree_call_law(law_given_tree, children, _model_rows(draft, context),
+                call_laws[tail] = tree_call_law(law_given_tree, drawing, _model_rows(draft, context),
                                            _model_rows(target, context), widths)
             for out, v in call_laws[tail].items():
                 longer = seq + out
@@ -286,13 +286,13 @@ def float_rows(row: Callable) -> Callable:
     return f
 
 
-def sample_calls(verifier: Callable, children: str, draft_row: Callable, target_row: Callable, widths, n: int,
+def sample_calls(verifier: Callable, drawing: str, draft_row: Callable, target_row: Callable, widths, n: int,
                  rng: np.random.Generator) -> Counter:
     """Counts of the outputs of n calls, each on a fresh tree drawn by `draw_tree` from the draft (same rng)."""
     draft_f, target_f = float_rows(draft_row), float_rows(target_row)
     counts = Counter()
     for _ in range(n):
-        tokens, parents = draw_tree(children, draft_f, widths, rng)
+        tokens, parents = draw_tree(drawing, draft_f, widths, rng)
         p = np.array(tree_rows(tokens, parents, draft_f))
         q = np.array(tree_rows(tokens, parents, target_f))
         counts[tuple(int(y) for y in verifier(np.array(tokens), np.array(parents), p, q, rng))] += 1
@@ -306,18 +306,18 @@ class Algorithm:
     """What a checker needs for one tree verifier: how its trees are drawn, the verifier, its exact law, its bugs."""
 
     name: str  # its name in specref.verifiers: "tree-topk", "tree-mss" or "tree-rrs"
-    children: str  # how each node's children are drawn: "topk", "iid" or "without_replacement" (`draw_children`)
+    drawing: str  # how each node's children are drawn: "topk", "iid" or "without_replacement" (`draw_children`)
     verifier: Callable  # the reference: (tokens [N], parents [N], p [N+1, V], q [N+1, V], rng) -> tokens
     rule: Rule  # rule.law(tokens, parents, p, q): the exact law of one call for a fixed tree
     bugs: tuple  # the known bugs (specref.proof.bugs.tree.TreeBug): .name, .about, .sample, .law
 
     def draw(self, draft_row: Callable, widths, rng: np.random.Generator) -> tuple[list[int], list[int]]:
         """(tokens, parents) of a tree drawn the way this algorithm assumes."""
-        return draw_tree(self.children, draft_row, widths, rng)
+        return draw_tree(self.drawing, draft_row, widths, rng)
 
     def call_law(self, draft_row: Callable, target_row: Callable, widths, law: Callable | None = None) -> dict:
         """Exact law of one call (of the reference, or of `law`, a bug's) with the tree drawn this algorithm's way."""
-        return tree_call_law(law or self.rule.law, self.children, draft_row, target_row, widths)
+        return tree_call_law(law or self.rule.law, self.drawing, draft_row, target_row, widths)
 
     @property
     def bug(self) -> dict:

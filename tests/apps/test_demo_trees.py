@@ -29,9 +29,9 @@ def test_the_shapes_are_trees_of_at_most_8_nodes_no_wider_than_4_and_no_chains()
 
 
 def test_children_are_top_k_greedily_and_for_prompt_lookup_else_without_replacement():
-    assert demo.tree_children("neural", 0.0) == demo.tree_children("prompt-lookup", 0.8) == "topk"
-    assert demo.tree_children("prompt-lookup-adaptive", 0.8) == "topk"
-    assert demo.tree_children("neural+lookup", 0.8) == demo.tree_children("ngram", 1.0) == "without_replacement"
+    assert demo.tree_drawing("neural", 0.0) == demo.tree_drawing("prompt-lookup", 0.8) == "topk"
+    assert demo.tree_drawing("prompt-lookup-adaptive", 0.8) == "topk"
+    assert demo.tree_drawing("neural+lookup", 0.8) == demo.tree_drawing("ngram", 1.0) == "without_replacement"
 
 
 P = [Fraction(4, 10), Fraction(3, 10), Fraction(2, 10), Fraction(1, 10), Fraction(0)]
@@ -60,12 +60,12 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
         got = profile(tokens, parents, rows_p, rows_q, np.random.default_rng(seed))
         np.testing.assert_array_equal(got, mrs_tree.verify_tree_rrs(tokens, parents, rows_p, rows_q, np.random.default_rng(seed)))
     assert profile.calls == 3
-    assert profile.profile[0] == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.children))
+    assert profile.profile[0] == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.drawing))
 
 
-def pilot(profile, draft_ms, children="without_replacement"):
+def pilot(profile, draft_ms, drawing="without_replacement"):
     stats = types.SimpleNamespace(draft_ms_per_call=draft_ms, target_ms_per_call=10.0)
-    return demo.Run("SpS", "neural", 4, 0.8, 0.95, [1], stats, tree=demo.TREE_PILOT, children=children,
+    return demo.Run("SpS", "neural", 4, 0.8, 0.95, [1], stats, tree=demo.TREE_PILOT, drawing=drawing,
                        profile=profile)
 
 
@@ -103,7 +103,7 @@ def test_a_tree_row_is_predicted_by_theorem_3_8_for_trees_and_shown_as_a_tree():
     stats = types.SimpleNamespace(ms_per_token=8.0, alpha_hat=0.4, tokens_per_target_call=1.6, target_ms_per_call=20.0,
                                   draft_ms_per_call=0.5, n_examined=10, calls_by_drafted=[0, 0, 0, 0, 5])
     r = demo.Run("SpS", "neural", 4, 0.8, 0.95, [1, 2], stats, verify="rrs", tree="3+1",
-                    children="without_replacement", profile=[0.35, 0.12, 0.07])
+                    drawing="without_replacement", profile=[0.35, 0.12, 0.07])
     demo.fill_prediction(r, base())
     assert r.predicted == pytest.approx(speedup.tree_walltime_improvement(Tree.parse("3+1").parents, [0.35, 0.12, 0.07],
                                                                           0.05, 2.0))

@@ -522,12 +522,12 @@ def _coupling_differences(cell) -> float:
     for _ in range(60):
         V = int(rng.integers(2, 6))
         p, q = _fraction_row(rng, V, 0.2), _fraction_row(rng, V, 0.2)
-        for children in tree.CHILDREN:
+        for drawing in tree.DRAWINGS:
             for k in range(1, 4):
-                law = tree.tree_call_law(TREE_LAWS[children].law, children, lambda prefix: p, lambda prefix: q, (k,))
+                law = tree.tree_call_law(TREE_LAWS[drawing].law, drawing, lambda prefix: p, lambda prefix: q, (k,))
                 exact = sum(v for out, v in law.items() if len(out) == 2)
-                ours = cell.accept_chance(np.array(p, dtype=float), np.array(q, dtype=float), k, children)
-                assert np.isfinite(ours), (p, q, k, children)
+                ours = cell.accept_chance(np.array(p, dtype=float), np.array(q, dtype=float), k, drawing)
+                assert np.isfinite(ours), (p, q, k, drawing)
                 worst = max(worst, abs(ours - float(exact)))
     return worst
 

@@ -43,14 +43,14 @@ def sequences(tree: Tree, seed: int, draft=DRAFT, verify_tree=None, runs: int = 
 
 
 @pytest.mark.default_cases("topk-2x1", "iid-2x2", "without_replacement-2x1")
-@pytest.mark.parametrize("children,shape", [("topk", "2x1"), ("topk", "3+1"), ("iid", "2x2"), ("iid", "3+1"),
+@pytest.mark.parametrize("drawing,shape", [("topk", "2x1"), ("topk", "3+1"), ("iid", "2x2"), ("iid", "3+1"),
                                             ("without_replacement", "2x1"), ("without_replacement", "2+1+1")])
-def test_tree_sequences_have_the_target_law(children, shape):
-    tree = Tree.parse(shape, children)
-    counts = sequences(tree, seed=300 + len(shape) + 7 * len(children))
+def test_tree_sequences_have_the_target_law(drawing, shape):
+    tree = Tree.parse(shape, drawing)
+    counts = sequences(tree, seed=300 + len(shape) + 7 * len(drawing))
     assert all(len(s) == N for s in counts)
     stat, dof, pvalue = stats.chi_square_gof(counts, LAW)
-    print(f"{children} {shape}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    print(f"{drawing} {shape}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
     assert pvalue > stats.LEVEL
 
 
@@ -66,24 +66,24 @@ def test_trees_of_candidates_have_the_target_law(draft):
 
 
 @pytest.mark.default_cases("without_replacement-3+1-verify_tree_mss")
-@pytest.mark.parametrize("children,shape,wrong", [
+@pytest.mark.parametrize("drawing,shape,wrong", [
     ("topk", "2x1", mrs_tree.verify_tree_mss),                  # ranked children, the i.i.d. ratio rule
     ("without_replacement", "3+1", mrs_tree.verify_tree_mss),   # drawn without replacement, p not zeroed
 ])
-def test_the_sequence_test_rejects_a_tree_verified_by_the_wrong_rule(children, shape, wrong):
-    counts = sequences(Tree.parse(shape, children), seed=320, verify_tree=wrong)
+def test_the_sequence_test_rejects_a_tree_verified_by_the_wrong_rule(drawing, shape, wrong):
+    counts = sequences(Tree.parse(shape, drawing), seed=320, verify_tree=wrong)
     stat, dof, pvalue = stats.chi_square_gof(counts, LAW)
-    print(f"{children} {shape} verified by {wrong.__name__}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
+    print(f"{drawing} {shape} verified by {wrong.__name__}: chi2={stat:.1f} dof={dof} p={pvalue:.3g}")
     assert pvalue < stats.LEVEL
 
 
-@pytest.mark.parametrize("children,verify_tree", [("iid", mrs_tree.verify_tree_mss), ("without_replacement", mrs_tree.verify_tree_rrs)])
+@pytest.mark.parametrize("drawing,verify_tree", [("iid", mrs_tree.verify_tree_mss), ("without_replacement", mrs_tree.verify_tree_rrs)])
 @pytest.mark.parametrize("K", [1, 3])
-def test_a_chain_through_the_tree_loop_is_algorithm_2_token_for_token(K, children, verify_tree):
+def test_a_chain_through_the_tree_loop_is_algorithm_2_token_for_token(K, drawing, verify_tree):
     for seed in range(30):
         chain = sampling.speculative_sampling(PROMPT, DRAFT, TARGET, 40, K, np.random.default_rng(seed))
         tree = sampling.speculative_sampling(PROMPT, DRAFT, TARGET, 40, K, np.random.default_rng(seed),
-                                             tree=Tree.chain(K, children), verify_tree=verify_tree)
+                                             tree=Tree.chain(K, drawing), verify_tree=verify_tree)
         np.testing.assert_array_equal(tree, chain)
 
 
@@ -109,14 +109,14 @@ def _by_inverse_cdf(row, width, children, uniforms):  # the documented draws, wr
     return out
 
 
-@pytest.mark.parametrize("children", ["iid", "without_replacement"])
-def test_children_are_drawn_by_the_inverse_cdf_of_one_uniform_each(children):
+@pytest.mark.parametrize("drawing", ["iid", "without_replacement"])
+def test_children_are_drawn_by_the_inverse_cdf_of_one_uniform_each(drawing):
     """trees.draw_children (which the sampler and the proofs' draw_tree both use) maps each uniform to the
     smallest i with u * sum(row) < row[0] + ... + row[i], without replacement zeroing each drawn token."""
     row = np.array([0.1, 0.0, 0.45, 0.05, 0.4])
     for seed in range(200):
-        got = trees.draw_children(row, 3, children, np.random.default_rng(seed))
-        assert got == _by_inverse_cdf(row, 3, children, iter(np.random.default_rng(seed).random(3)))
+        got = trees.draw_children(row, 3, drawing, np.random.default_rng(seed))
+        assert got == _by_inverse_cdf(row, 3, drawing, iter(np.random.default_rng(seed).random(3)))
     assert len(trees.draw_children(np.array([0.0, 1.0, 0.0]), 3, "without_replacement", np.random.default_rng(0))) == 1
 
 
@@ -126,11 +126,11 @@ def test_tree_names_and_shapes():
     assert Tree.parse("1x1x1x1").parents == Tree.parse("1+1+1+1").parents == Tree.chain(4).parents == (-1, 0, 1, 2)
     t = Tree.parse("4x3", "iid")
     assert (t.size, t.depth, t.rows, t.name, t.verifier) == (16, 2, 5, "4x3", mrs_tree.verify_tree_mss)
-    assert Tree.parse("3+1").with_children("without_replacement").verifier is mrs_tree.verify_tree_rrs
+    assert Tree.parse("3+1").with_drawing("without_replacement").verifier is mrs_tree.verify_tree_rrs
     for bad in ["", "2x0", "2*2", "x2", "3+-1", "two"]:
         with pytest.raises(ValueError, match="a tree is written like"):
             Tree.parse(bad)
-    with pytest.raises(ValueError, match="children must be one of"):
+    with pytest.raises(ValueError, match="drawing must be one of"):
         Tree.parse("2x1", "sorted")
     with pytest.raises(ValueError, match="is not before node"):
         Tree((0, -1))
@@ -273,5 +273,5 @@ def test_the_exact_expectations_of_tools_tree_gain_are_those_of_the_proofs_laws(
     draft_row, target_row = prooftree.context_rows(5, V=4, close=True)
     for name, widths in [("2x2", (2, 2)), ("3", (3,)), ("1x1x1", (1, 1, 1))]:
         want = laws.mean_output_length(A.call_law(draft_row, target_row, widths))
-        got = tree_gain.expected_tokens(Tree.parse(name, A.children), draft_row, target_row)
+        got = tree_gain.expected_tokens(Tree.parse(name, A.drawing), draft_row, target_row)
         assert got == pytest.approx(float(want), abs=1e-12)

@@ -288,7 +288,7 @@ def test_the_large_vocabulary_laws_are_the_laws_of_the_samplers():
         bug, rng = tree.ALGORITHMS[algorithm].bug[name], np.random.default_rng(4)
         counts = Counter()
         for _ in range(400):
-            tokens, parents, p, q = setting.call(tree.ALGORITHMS[algorithm].children, rng)
+            tokens, parents, p, q = setting.call(tree.ALGORITHMS[algorithm].drawing, rng)
             counts[tuple(int(y) for y in bug(tokens, parents, p, q, rng))] += 1
         pvalue = stats.chi_square_gof(counts, cases.tree_call_law(algorithm, case.name, name))[2]
         print(algorithm, name, f"p = {pvalue:.3g}")

@@ -16,9 +16,9 @@ def test_every_tree_verifier_has_its_rule_its_bugs_and_its_way_of_drawing():
     assert set(tree.ALGORITHMS) == set(tree_bugs.BUGS) == set(verifiers.TREES)
     for name in verifiers.TREES:
         row, alg = verifiers.REGISTRY[name], tree.ALGORITHMS[name]
-        assert (alg.verifier, alg.children) == (row.function, row.drafts)
+        assert (alg.verifier, alg.drawing) == (row.function, row.drafts)
         assert trees.Tree.parse("2x1", row.drafts).verifier is row.function
-    assert trees.CHILDREN == ("topk", "iid", "without_replacement")
+    assert trees.DRAWINGS == ("topk", "iid", "without_replacement")
 
 
 def test_each_verifier_has_one_name_and_one_function():
@@ -29,7 +29,7 @@ def test_each_verifier_has_one_name_and_one_function():
 
 
 def test_an_unknown_way_of_drawing_children_is_refused_by_name():
-    with pytest.raises(ValueError, match="children must be one of topk, iid, without_replacement, got 'sorted'"):
-        verifiers.for_children("sorted")
-    with pytest.raises(ValueError, match="children must be one of topk, iid, without_replacement"):
+    with pytest.raises(ValueError, match="drawing must be one of topk, iid, without_replacement, got 'sorted'"):
+        verifiers.for_drawing("sorted")
+    with pytest.raises(ValueError, match="drawing must be one of topk, iid, without_replacement"):
         trees.Tree.parse("2x1", "sorted")

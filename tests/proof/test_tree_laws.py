@@ -53,23 +53,23 @@ def _law(algorithm: str, case: str, name: str | None = None) -> dict:
 
 # ---------------------------------------------------------------- drawing the trees
 
-@pytest.mark.parametrize("children", tree.CHILDREN)
-def test_tree_draws_are_the_law_of_draw_tree(children):
+@pytest.mark.parametrize("drawing", tree.DRAWINGS)
+def test_tree_draws_are_the_law_of_draw_tree(drawing):
     draft, _ = tree.case_rows("close")
-    draws = tree.tree_draws(children, draft, tree.WIDTHS)
+    draws = tree.tree_draws(drawing, draft, tree.WIDTHS)
     assert sum(c for c, _, _ in draws) == 1
     law = {(tuple(t), tuple(p)): c for c, t, p in draws}
     rng = np.random.default_rng(11)
     counts = Counter()
     for _ in range(3000):
-        tokens, parents = tree.draw_tree(children, tree.float_rows(draft), tree.WIDTHS, rng)
+        tokens, parents = tree.draw_tree(drawing, tree.float_rows(draft), tree.WIDTHS, rng)
         counts[(tuple(tokens), tuple(parents))] += 1
     pvalue = stats.chi_square_gof(counts, _float(law))[2]
-    print(f"{children}: {len(draws)} trees, chi-square p = {pvalue:.3g}")
+    print(f"{drawing}: {len(draws)} trees, chi-square p = {pvalue:.3g}")
     assert pvalue > stats.LEVEL
     for tokens, parents in counts:  # level by level: parents before children, siblings distinct unless i.i.d.
         assert all(j < i for i, j in enumerate(parents))
-        if children != "iid":
+        if drawing != "iid":
             for j in set(parents):
                 kids = [t for t, jj in zip(tokens, parents) if jj == j]
                 assert len(set(kids)) == len(kids)
@@ -94,10 +94,10 @@ def test_one_call_law_is_the_target_exactly(algorithm, case):
     alg, (draft, target) = tree.ALGORITHMS[algorithm], tree.case_rows(case)
     law = _law(algorithm, case)
     assert all(isinstance(v, Fraction) for v in law.values()) and sum(law.values()) == 1
-    assert law == tree.fresh_children_law(alg.children, draft, target, tree.WIDTHS)  # two routes, one law
+    assert law == tree.fresh_children_law(alg.drawing, draft, target, tree.WIDTHS)  # two routes, one law
     extended, target_law = tree.continued(law, target, LENGTH), tree.target_law(target, LENGTH)
     assert extended == target_law  # cell by cell, in fractions
-    trees = len(tree.tree_draws(alg.children, draft, tree.WIDTHS))
+    trees = len(tree.tree_draws(alg.drawing, draft, tree.WIDTHS))
     print(f"{algorithm} on {case}: {trees} trees, {len(law)} outputs, expected tokens per call "
           f"{float(laws.mean_output_length(law)):.4f}; extended law = target law in all {len(target_law)} cells")
 
@@ -105,9 +105,9 @@ def test_one_call_law_is_the_target_exactly(algorithm, case):
 @pytest.mark.parametrize("case", CASES)
 def test_topk_rule_and_its_closed_form_agree(case):
     draft, target = tree.case_rows(case)
-    for children in tree.CHILDREN:
-        for _, tokens, parents in tree.tree_draws(children, draft, tree.WIDTHS)[:50]:
-            if children == "iid" and any(len(set(tokens[i] for i in k)) < len(k) for k in trees.children_of(parents)):
+    for drawing in tree.DRAWINGS:
+        for _, tokens, parents in tree.tree_draws(drawing, draft, tree.WIDTHS)[:50]:
+            if drawing == "iid" and any(len(set(tokens[i] for i in k)) < len(k) for k in trees.children_of(parents)):
                 continue  # top-k needs distinct siblings
             p, q = tree.tree_rows(tokens, parents, draft), tree.tree_rows(tokens, parents, target)
             assert tree_rule.TOPK.law(tokens, parents, p, q) == tree_rule.topk_closed_law(tokens, parents, p, q)
@@ -153,7 +153,7 @@ def test_the_order_the_children_are_tested_in(algorithm):
     and children drawn without replacement do not (they are not); sorted by p (an order that looks at them),
     neither does."""
     alg, (draft, target) = tree.ALGORITHMS[algorithm], tree.case_rows("close")
-    draws = tree.tree_draws(alg.children, draft, tree.WIDTHS)
+    draws = tree.tree_draws(alg.drawing, draft, tree.WIDTHS)
 
     def law_of(trees):
         law = {}
@@ -193,7 +193,7 @@ def test_sglang_thresholds_total_variation_from_the_target():
 
 def _chi_square(sampler, algorithm, case, n, seed):
     alg, (draft, target) = tree.ALGORITHMS[algorithm], tree.case_rows(case)
-    counts = tree.sample_calls(sampler, alg.children, draft, target, tree.WIDTHS, n, np.random.default_rng(seed))
+    counts = tree.sample_calls(sampler, alg.drawing, draft, target, tree.WIDTHS, n, np.random.default_rng(seed))
     return counts, _float(_law(algorithm, case))
 
 
@@ -272,7 +272,7 @@ def test_inclusive_zero_coin_is_caught_at_u_zero(algorithm):
 def tree_generate(algorithm: str, verifier, target, draft, prompt, N: int, widths, rng) -> np.ndarray:
     """A small speculative loop with trees (a test helper): draw a tree from the draft at the current context the
     algorithm's way, score it with the target, verify, append the output; until N new tokens."""
-    children = tree.ALGORITHMS[algorithm].children
+    drawing = tree.ALGORITHMS[algorithm].drawing
     x = [int(t) for t in prompt]
     while len(x) < len(prompt) + N:
         context = tuple(x)
@@ -283,7 +283,7 @@ def tree_generate(algorithm: str, verifier, target, draft, prompt, N: int, width
         def target_row(path, context=context):
             return target.table[(context + path)[-target.order:]]
 
-        tokens, parents = tree.draw_tree(children, draft_row, widths, rng)
+        tokens, parents = tree.draw_tree(drawing, draft_row, widths, rng)
         p, q = np.array(tree.tree_rows(tokens, parents, draft_row)), np.array(tree.tree_rows(tokens, parents, target_row))
         x.extend(int(y) for y in verifier(np.array(tokens), np.array(parents), p, q, rng))
     return np.array(x[: len(prompt) + N])
@@ -301,7 +301,7 @@ def _loop_law(algorithm: str, name: str | None = None) -> dict:
     """The exact law of the SEQ_N tokens tree_generate appends, with the algorithm's verifier or its bug `name`."""
     alg, (target, draft) = tree.ALGORITHMS[algorithm], laws.markov_pair()
     law = alg.bug[name].law if name else alg.rule.law
-    return tree.loop_law(law, alg.children, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, tree.WIDTHS)
+    return tree.loop_law(law, alg.drawing, draft, target, laws.SEQ_PROMPT, laws.SEQ_N, tree.WIDTHS)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -38,7 +38,7 @@ Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (
 `demo.choose_tree`): from the scoring costs measured at the start of the run and short pilot runs on
 the first problem (the chain's alpha and c; the tree's chances by rank at each depth).  The choices
 are stored in the results file, so a resumed run keeps them.  --K forces a chain of K for every
-draft, --tree a tree for every draft (`demo.tree_children` says how its children are drawn); with
+draft, --tree a tree for every draft (`demo.tree_drawing` says how its children are drawn); with
 either, nothing is chosen.  With --no-bench-costs there are no costs to choose with: K = 4, no tree.
 A tree row reports its shape (tree), how its children were drawn (verify: topk, mss or rrs),
 tree_profile (the chance that the walk goes on to each child of a node, by rank, exactly over the

@@ -10,7 +10,7 @@ from typing import Iterable
 
 from specref import speedup
 from specref.apps import demo
-from specref.apps.demo import tree_children
+from specref.apps.demo import tree_drawing
 from specref.apps.humaneval.problems import Problem
 from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, generate, lookup_n, method_rng,
                                            settings_key)
@@ -27,7 +27,7 @@ def methods_for(drafts: Iterable[str], K, tree: str | None = None) -> list[Metho
 
     K: the chain's K for every draft, or a function (draft, temperature, top_p) -> K or None (no chain
     row); tree likewise: a shape for every draft, or a function -> shape or None (no tree row), its
-    children drawn as `demo.tree_children` says."""
+    children drawn as `demo.tree_drawing` says."""
     methods = []
     for temperature, top_p in (NUCLEUS, GREEDY):
         methods.append(Method(None, 0, temperature, top_p))
@@ -37,8 +37,8 @@ def methods_for(drafts: Iterable[str], K, tree: str | None = None) -> list[Metho
             if k is not None:
                 methods.append(Method(d, k, temperature, top_p))
             if shape is not None:
-                children = tree_children(d, temperature)
-                methods.append(Method(d, Tree.parse(shape, children).size, temperature, top_p, shape, children))
+                drawing = tree_drawing(d, temperature)
+                methods.append(Method(d, Tree.parse(shape, drawing).size, temperature, top_p, shape, drawing))
     return methods
 
 
@@ -71,8 +71,8 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                 draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
                                 lookup_n(bench.args), neural=lambda: shipped_draft(bench.model))
                 chain = _pilot(bench, prompt, problem, Method(d, demo.PILOT_K, temperature, top_p), draft)
-                children = tree_children(d, temperature)
-                pilot_tree = Method(d, Tree.parse(demo.TREE_PILOT).size, temperature, top_p, demo.TREE_PILOT, children)
+                drawing = tree_drawing(d, temperature)
+                pilot_tree = Method(d, Tree.parse(demo.TREE_PILOT).size, temperature, top_p, demo.TREE_PILOT, drawing)
                 tree = _pilot(bench, prompt, problem, pilot_tree, draft)
                 k = demo.choose_K(chain, base, scoring)
                 t = demo.choose_tree(tree, base, scoring, k)
@@ -92,4 +92,4 @@ def _pilot(bench: Benchmark, prompt, problem: Problem, method: Method, draft) ->
                  verify=getattr(bench.args, "verify", "token"))
     profile = demo.profile_table(g.profile_calls, g.profile_sums, g.profile_deeper)
     return demo.Run(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
-                       tree=method.tree or "", children=method.children or "", profile=profile)
+                       tree=method.tree or "", drawing=method.drawing or "", profile=profile)

@@ -74,8 +74,8 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         calls = sum(r.get("expected_calls", 0) for r in records)
         rows.append({
             "method": m.name, "draft": m.draft,
-            "verify": (TREE_VERIFY[m.children] if m.tree else records[0].get("verify")) if records and m.draft else None,
-            "K": m.K, "tree": m.tree, "children": m.children, "tree_profile": profile if m.tree else None,
+            "verify": (TREE_VERIFY[m.drawing] if m.tree else records[0].get("verify")) if records and m.draft else None,
+            "K": m.K, "tree": m.tree, "drawing": m.drawing, "tree_profile": profile if m.tree else None,
             "temperature": m.temperature, "top_p": m.top_p,
             "pass_at_1": passed / n_problems if n_problems else float("nan"),
             "pass_at_1_ci95": [low, high], "passed": passed, "n_problems": n_problems,

@@ -42,21 +42,21 @@ class Method:
     temperature: float  # 0 = greedy
     top_p: float | None  # nucleus mass (None = no top-p)
     tree: str | None = None  # a tree of drafts' shape (`specref.trees.Tree.parse`), None for a chain
-    children: str | None = None  # how the tree's children are drawn ("topk", "iid", "without_replacement")
+    drawing: str | None = None  # how the tree's children are drawn ("topk", "iid", "without_replacement")
 
     def __post_init__(self):
         if self.draft is None and self.K != 0:
             raise ValueError(f"ArS has no draft and K = 0, got K = {self.K}")
         if self.draft is not None and (self.draft not in DRAFTS or self.K < 1):
             raise ValueError(f"SpS needs a draft in {DRAFTS} and K >= 1, got {self.draft!r}, K = {self.K}")
-        if self.tree is not None and (self.draft is None or Tree.parse(self.tree, self.children).size != self.K):
+        if self.tree is not None and (self.draft is None or Tree.parse(self.tree, self.drawing).size != self.K):
             raise ValueError(f"a tree needs a draft and K = its number of nodes, got {self.draft!r}, K = {self.K}, "
                              f"tree {self.tree!r}")
 
     @property
     def shape(self) -> Tree | None:
         """The tree this method drafts per call, or None for a chain."""
-        return None if self.tree is None else Tree.parse(self.tree, self.children)
+        return None if self.tree is None else Tree.parse(self.tree, self.drawing)
 
     @property
     def name(self) -> str:
@@ -69,7 +69,7 @@ class Method:
     @property
     def label(self) -> str:
         base = "ArS" if self.draft is None else f"SpS[{self.draft},K={self.K}]" if self.tree is None else \
-            f"SpS[{self.draft},tree={self.tree},{TREE_VERIFY[self.children]}]"
+            f"SpS[{self.draft},tree={self.tree},{TREE_VERIFY[self.drawing]}]"
         return f"{base} {self.decoding}"
 
 
@@ -99,7 +99,7 @@ def generate(prompt_ids: list[int], target, draft, method: Method, max_new_token
     # the prompt is prefilled before the clock starts: ms/token measures the sampling loop (Chen
     # Table 1), and otherwise whichever method runs first on a problem would pay for the prompt
     expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
-    profile = TreeProfile(method.children) if method.tree else None
+    profile = TreeProfile(method.drawing) if method.tree else None
     stats = timed_generation(np.asarray(prompt_ids, dtype=np.int64), target, draft if method.draft else None,
                              method.K, Warp(method.temperature, None, method.top_p), max_new_tokens, rng, stop=done,
                              verify=expected, tree=method.shape, verify_tree=profile)
@@ -142,7 +142,7 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
     """
     n = lookup_n(args) if method.draft in LOOKUP_DRAFTS else PROMPT_LOOKUP_N
     described = {k: v for k, v in dataclasses.asdict(method).items()
-                 if k not in ("tree", "children") or method.tree is not None}  # a chain keeps the keys it had
+                 if k not in ("tree", "drawing") or method.tree is not None}  # a chain keeps the keys it had
     settings = {"kind": kind, "method": described, "verify": getattr(args, "verify", "token"),
                 "seed": args.seed,
                 "max_new_tokens": args.max_new_tokens, "model": model_name,

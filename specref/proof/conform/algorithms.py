@@ -77,7 +77,7 @@ def is_tree(algorithm: str) -> bool:
 
 
 def tree_algorithm(algorithm: str) -> tree.Algorithm:
-    """A tree algorithm's way of drawing children (.children), reference verifier and known bugs (.bugs, .bug)."""
+    """A tree algorithm's way of drawing children (.drawing), reference verifier and known bugs (.bugs, .bug)."""
     return tree.ALGORITHMS[algorithm]
 
 

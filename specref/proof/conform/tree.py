@@ -1,7 +1,7 @@
 """What is particular to checking a tree verifier ("tree-topk", "tree-mss", "tree-rrs": `mrs_tree.verify_tree_*`'s contract).
 
 The same names as `chain`, which the run calls through `run.part`.  The checker draws every tree itself,
-the way the algorithm assumes (algorithms.tree_algorithm(...).children: the draft's top-k, i.i.d. draws,
+the way the algorithm assumes (algorithms.tree_algorithm(...).drawing: the draft's top-k, i.i.d. draws,
 draws without replacement; siblings in drawing order), and compares the output with the exact law of one
 call, the tree's drawing included (cases.tree_call_law).  Here: the call's form, the exact tier (the
 vectors of tree_vectors.json and three edge cases with chosen uniforms), one call's outputs on the tree
@@ -114,7 +114,7 @@ def one_call(verifier, case: TreeCase, algorithm: str, level: float, rng) -> tup
     def sample():
         counts = Counter()
         for _ in range(case.n):
-            tokens, parents, p, q = setting.call(alg.children, rng)
+            tokens, parents, p, q = setting.call(alg.drawing, rng)
             counts[tuple(int(y) for y in verifier(tokens, parents, p, q, rng))] += 1
         return counts, tree_call_law(algorithm, case.name)
 
@@ -133,7 +133,7 @@ def sequence(verifier, widths: tuple, algorithm: str, level: float, rng, runs: i
     """The chi-square check of `runs` whole sequences of a speculative loop with trees (each call: a tree of `widths`
     drawn the algorithm's way from the draft at the tokens so far, the target's rows on it, the verifier; until
     SEQ_N new tokens) against the exact law of the Markov-chain target's sequences (tree.loop_law: the same)."""
-    children = algorithms.tree_algorithm(algorithm).children
+    drawing = algorithms.tree_algorithm(algorithm).drawing
 
     def loop(target, draft):
         def run(r):
@@ -147,7 +147,7 @@ def sequence(verifier, widths: tuple, algorithm: str, level: float, rng, runs: i
                 def target_row(path, context=context):
                     return target.table[(context + path)[-target.order:]]
 
-                tokens, parents = prooftree.draw_tree(children, draft_row, widths, r)
+                tokens, parents = prooftree.draw_tree(drawing, draft_row, widths, r)
                 p = np.array(prooftree.tree_rows(tokens, parents, draft_row))
                 q = np.array(prooftree.tree_rows(tokens, parents, target_row))
                 x.extend(int(y) for y in verifier(np.array(tokens), np.array(parents), p, q, r))
@@ -198,10 +198,10 @@ def certain_check(verifier, algorithm: str, rng) -> Check:
     def target_row(path):
         return target[len(path)]
 
-    children, short = algorithms.tree_algorithm(algorithm).children, 0
-    fixed = prooftree.draw_tree(children, draft_row, widths, rng) if children == "topk" else None  # (no randomness)
+    drawing, short = algorithms.tree_algorithm(algorithm).drawing, 0
+    fixed = prooftree.draw_tree(drawing, draft_row, widths, rng) if drawing == "topk" else None  # (no randomness)
     for _ in range(calls):
-        tokens, parents = fixed or prooftree.draw_tree(children, draft_row, widths, rng)
+        tokens, parents = fixed or prooftree.draw_tree(drawing, draft_row, widths, rng)
         p, q = np.array(prooftree.tree_rows(tokens, parents, draft_row)), np.array(prooftree.tree_rows(tokens, parents,
                                                                                                 target_row))
         if len(verifier(np.array(tokens), np.array(parents), p, q, rng)) != len(widths) + 1:
