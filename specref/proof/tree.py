@@ -36,12 +36,10 @@ from specref.proof import laws
 from specref.proof.bugs import tree as tree_bugs
 from specref.proof.tree_rule import MSS, RRS, TOPK, Rule, _as_float, _normalised
 from specref.protocol import next_distributions
-from specref.trees import draw_children, node_paths
+from specref.trees import DRAWINGS, draw_children, node_paths  # DRAWINGS: how each algorithm's trees are drawn
 
 # The suite's small tree: two children at the root and two under each (N = 6 nodes, depth 2).
 WIDTHS = (2, 2)
-# How each algorithm's trees are drawn: the draft's top tokens, i.i.d. draws, draws without replacement.
-DRAWINGS = ("topk", "iid", "without_replacement")
 
 
 # ---------------------------------------------------------------- the shape of a tree
