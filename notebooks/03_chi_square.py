@@ -16,7 +16,8 @@
 # # 03 · Distribution tests: the chi-square, its false alarms and its power
 #
 # **Run time** (Run All, measured on a 2-core machine while other work shared it): about 6.5 minutes, most of
-# it in the power study of section 5 (it shows its progress); about 45 s with `SPECREF_QUICK=1`.
+# it in the power study of Appendix A (it shows its progress); about 45 s with `SPECREF_QUICK=1`. The main path
+# is sections 1 to 6; the optional appendices after it hold most of the run time.
 #
 # Speculative sampling promises that its output has exactly the target's law. The suite backs that promise in
 # three tiers:
@@ -25,14 +26,15 @@
 #   (`specref.proof.stats`: `token_call_law`, `block_call_law`, `continued_law`; notebooks 01 and 07). This is the
 #   only tier that *proves* a law: any difference, however small, shows;
 # - **statistical**: run the real sampler many times and compare the counts with the exact law by a chi-square
-#   test. This notebook. A pass is evidence, and exactly as strong as the test's power: the last sections compute
+#   test. This notebook. A pass is evidence, and exactly as strong as the test's power: Appendix A computes
 #   how large a deviation each test here sees;
 # - **reference**: the real model's logits and greedy tokens against a recorded reference
 #   (`tests/smollm2/test_reference.py`).
 #
-# Step by step: the statistic written out and its p-value; why rare outcomes share bins; the tests run on correct
-# and deliberately broken samplers; how often a correct sampler fails (the false-alarm rate); and how large a bug
-# must be to be caught (the power). Letters are Chen et al.'s: `p` = draft, `q` = target, `K` = draft tokens per
+# Step by step: the statistic written out and its p-value; why rare outcomes share bins (and an exercise: the whole
+# test, yours); the tests run on correct and deliberately broken samplers; how often a correct sampler fails (the
+# false-alarm rate); what a passing test proves. Two optional appendices go further: how large a bug must be to be
+# caught (the power), and a bug too small for any affordable test (a bfloat16 draft). Letters are Chen et al.'s: `p` = draft, `q` = target, `K` = draft tokens per
 # call. The machinery is `specref.proof.stats` and `specref.proof.power`; the broken samplers are
 # `specref.proof.bugs.broken`.
 
@@ -120,9 +122,37 @@ plt.show()
 # `stats.pooled_bins`: an outcome expected at least `stats.MIN_EXPECTED` $= 20$ times is a bin of its own; the
 # rarer ones all share one bin, and if together they expect fewer than 20, the next rarest outcomes join it until
 # it expects 20. The statistic is computed over the bins, with (bins $- 1$) degrees of freedom. Outputs the law
-# forbids (probability 0) are not a matter of chance: seeing one fails the test at once.
+# forbids (probability 0) are not a matter of chance: seeing one fails the test at once; outputs of probability 0
+# that were not seen take no part. With fewer than two bins there is nothing to test: $(0, 0, 1)$.
 #
-# The whole test, as `stats.chi_square_gof` computes it (a test keeps the two equal):
+# ### Exercise: the whole test
+#
+# Write `chi_square(counts, law)` from the rule just stated: `counts` is a `Counter` {outcome: times seen}, `law` a
+# dict {outcome: probability}; return `(statistic, dof, p_value)`, the p-value from `scipy.stats.chi2`. One line
+# grades it on eleven count/law pairs (pooling or not, forbidden and unseen outcomes) against scipy, and names the
+# mistake a wrong answer makes.
+
+# %%
+from specref.lessons import exercises
+
+
+def my_chi_square(counts, law):  # your code here
+    raise NotImplementedError
+
+
+exercises.check_chi_square(my_chi_square)
+
+# %% [markdown]
+# The reference answer, graded by the same line:
+
+# %%
+from solutions.chi_square import chi_square as solution
+
+exercises.check_chi_square(solution)
+
+# %% [markdown]
+# The whole test as this notebook runs it from here on, written as `stats.chi_square_gof` computes it (a test
+# keeps the two equal):
 
 # %%
 def pooled_bins(law, n, min_expected=20):  # {outcome: probability}, draws -> bins (lists of outcomes)
@@ -155,7 +185,7 @@ def chi_square(counts, law, min_expected=20):  # Counter {outcome: count}, {outc
 # $$P(x_1..x_a, y) = \prod_{t<a} \min(p_t, q_t)(x_t) \cdot \begin{cases} (1 - \beta_a)\,(q_a - p_a)_+(y) & a < K \\ q_K(y) & a = K \end{cases}$$
 #
 # with $\beta_a = \sum_x \min(p_a, q_a)(x)$ (positions counted from 0, as in the code). The case below
-# (`plots.power_case()`, also the case of the power study in section 5): $K = 2$, $V = 3$, $\beta = 0.9$ at both
+# (`plots.power_case()`, also the case of the power study in Appendix A): $K = 2$, $V = 3$, $\beta = 0.9$ at both
 # positions; 31 possible outputs, several of them rare.
 
 # %%
@@ -252,6 +282,9 @@ for name, f in plots.verify_samplers().items():
 #
 # The draft must be good: with a draft far from the target, all $K$ drafts are rarely accepted, the bonus token is
 # rarely drawn, and a bug in the bonus (`bonus_wrong_row`) hides. A test case has to exercise the code it tests.
+#
+# **Predict, then run.** Every broken sampler failed the one-call test above. Will every one fail here too, on
+# whole sequences? If you think one passes, which, and is passing then a flaw of the test or of the sampler?
 
 # %%
 V, N, K = 3, 4, 3
@@ -277,9 +310,10 @@ progress.done()
 
 # %% [markdown]
 # `no_bonus` passes here, and rightly: dropping the bonus token loses speed, not correctness (notebook 01 explains
-# why); the one-call test above catches it. `one_uniform_reused` and `resample_from_q` need the most samples
-# here: reusing one uniform only couples the decisions within a call, and resampling from $q$ instead of the
-# residual only matters after a rejection. How many samples each bug needs is section 6.
+# why); the one-call test above catches it. Reusing one uniform only couples the decisions within a call, and
+# resampling from $q$ instead of the residual only matters after a rejection, so such bugs need more samples on
+# whole sequences than on single calls (their p-values above say how far each was from passing). How many samples
+# each bug needs is Appendix A.
 #
 # ## 5. False alarms: how often a correct sampler fails
 #
@@ -288,6 +322,10 @@ progress.done()
 # and count the rejections. At level $10^{-3}$ about one test in a thousand should fail. Below, for the one-call
 # law and the sequence law at this notebook's sample sizes, with three pooling rules: the suite's (20), the
 # textbook's (5), and none.
+#
+# **Predict, then run.** The sequence law has 81 outcomes, dozens of them expected less than once in a sample.
+# Tested with no pooling at all, how often does a correct sampler fail a test at level $10^{-3}$: about 1 in
+# 1000, 1 in 100, or more often still?
 
 # %%
 def false_alarm_rate(law, n, reps, seed, min_expected):  # fraction of `reps` correct samples rejected at LEVEL
@@ -326,8 +364,45 @@ print(f"pooled below 20 (the suite's rule): {', '.join(f'{r:.5f}' for r in suite
 # the full sizes (20 000 runs) it lets 1.2 in a thousand correct sequence samples fail, and on laws with many
 # outcomes expected 5 to 20 times it let 1.3 to 1.5 in a thousand fail (the measurement behind
 # `stats.MIN_EXPECTED`, described beside it in `specref/proof/stats.py`).
+
+# %% [markdown]
+# ## 6. What a passing test proves
 #
-# The same, measured on the real `verify` with its own random draws: many tests with fresh seeds, each of a few
+# A chi-square that passes says: *if* the sampler is wrong, the error lies in a direction or below a size that
+# this test sees with less than 95% power; Appendix A computes how large that is. It never says the law is exact.
+# Only the exact tier does: enumerate every draft block and every decision of a tiny case and compare the laws in
+# exact fractions. On section 3's rows, `verify`'s law continued with target draws to $K + 1$ tokens *is* the
+# target's joint law, in fractions. A draft whose rows reach the verifier rounded to bfloat16 (8 significant bits;
+# a bug that shipped, Appendix B) has a law that differs from it, and the difference shows at once, with no sample
+# at all.
+
+# %%
+p_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in p]  # 0.5 -> 1/2, 0.3 -> 3/10, ...
+q_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in q]
+Kp, Vp = len(p_exact), len(p_exact[0])
+target_law = laws.target_joint_law(laws.fixed_rows(q_exact), Vp, Kp + 1)
+verify_exact = laws.chain_call_law(laws.token_call_law, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
+print("verify, continued to K + 1 tokens, equals the target's joint law exactly:",
+      laws.continued_law(verify_exact, laws.fixed_rows(q_exact), Kp + 1) == target_law)
+p_bf16 = [[Fraction(float(v)) for v in row] for row in shipped.bf16(p)]  # the rounded rows, as exact fractions
+
+
+def bf16_verified(x_draft, p_rows, q_rows):  # drafts from p_rows; the verifier is handed their bf16 rounding
+    return laws.token_call_law(x_draft, [p_bf16[t] for t in range(len(x_draft))], q_rows)
+
+
+bf16_exact = laws.chain_call_law(bf16_verified, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
+gap = laws.continued_law(bf16_exact, laws.fixed_rows(q_exact), Kp + 1)
+print(f"the bf16 draft's law, continued, equals it: {gap == target_law}; total variation, exactly: "
+      f"{float(stats.total_variation(gap, target_law)):.3g}")
+
+# %% [markdown]
+# That is the main path. The two appendices below are optional: they measure what a chi-square can and cannot see.
+#
+# ## Appendix A (optional): power, how large a bug each test sees
+#
+# Section 5 measured false alarms with counts drawn straight from the law. The same, measured on the real
+# `verify` with its own random draws: many tests with fresh seeds, each of a few
 # hundred calls. For the correct `verify` the p-values spread uniformly over $[0, 1]$; for a broken one they pile
 # up at 0. The lower panel is the power: the fraction of tests that reject, against the number of calls per test.
 
@@ -352,7 +427,7 @@ for thr in (0.5, 0.1, 0.05, 0.01, stats.LEVEL):
     print(f"  fraction of p-values < {thr:<6g}: {np.mean(pv < thr):.3f}")
 
 # %% [markdown]
-# ## 6. Power: how large a bug each test sees
+# ### The non-central chi-square
 #
 # If the outputs follow a bug's law $B$ instead of the correct law $L$, the statistic is approximately
 # *non-central* $\chi^2$ with the same degrees of freedom and noncentrality
@@ -464,8 +539,11 @@ print(f"{'any direction':28s} {'':7} {'':14} " + " ".join(f"{any_direction_tv(se
 # 95% power, from the fewest to the most. Those that produce an output
 # the correct law forbids (`resample_from_q`, `no_bonus`, ...) are seen in far smaller doses than the others: one
 # forbidden output fails the test, whatever the statistic says.
+
+# %% [markdown]
+# ## Appendix B (optional): a bfloat16 draft, a bug too small for the statistic
 #
-# `mixed_precision_draft` is the bug of DeepSpec #31 in one call: the drafts are drawn from the draft's rows and
+# `mixed_precision_draft` (a row of Appendix A's table) is the bug of DeepSpec #31 in one call: the drafts are drawn from the draft's rows and
 # verified against the same rows rounded to bfloat16 (8 significant bits). Its TV is under $10^{-3}$, yet a few
 # thousand calls catch it here, and again not by the statistic. At the second position the draft and the target
 # both give token 1 exactly 0.5, so the correct residual leaves it out; the rounded row gives it 0.4995, the
@@ -492,33 +570,5 @@ print(f"at {n} sequences this test rejects bf16_draft with probability "
 # A bfloat16-rounded draft (TV $\approx 6.6 \cdot 10^{-4}$, docs/shipped_bugs.md) needs some $3.5 \cdot 10^7$
 # sequences against the exact law, and about $7 \cdot 10^7$ per sample when the law itself is unknown and two
 # samples are compared (a real model's pipeline): hours of a toy pipeline, far beyond any test of a real model.
-# At the sizes a test can afford, the chi-square sees deviations of a few hundredths in total variation.
-#
-# ## 7. What a passing test proves
-#
-# A chi-square that passes says: *if* the sampler is wrong, the error lies in a direction or below a size that
-# this test sees with less than 95% power; the tables above say how large that is. It never says the law is exact.
-# Only the exact tier does: enumerate every draft block and every decision of a tiny case and compare the laws in
-# exact fractions. On section 3's rows, `verify`'s law continued with target draws to $K + 1$ tokens *is* the
-# target's joint law, in fractions; the bfloat16 draft's law differs from it, and the difference shows at once,
-# with no sample at all.
-
-# %%
-p_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in p]  # 0.5 -> 1/2, 0.3 -> 3/10, ...
-q_exact = [[Fraction(v).limit_denominator(100) for v in row] for row in q]
-Kp, Vp = len(p_exact), len(p_exact[0])
-target_law = laws.target_joint_law(laws.fixed_rows(q_exact), Vp, Kp + 1)
-verify_exact = laws.chain_call_law(laws.token_call_law, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
-print("verify, continued to K + 1 tokens, equals the target's joint law exactly:",
-      laws.continued_law(verify_exact, laws.fixed_rows(q_exact), Kp + 1) == target_law)
-p_bf16 = [[Fraction(float(v)) for v in row] for row in shipped.bf16(p)]  # the rounded rows, as exact fractions
-
-
-def bf16_verified(x_draft, p_rows, q_rows):  # drafts from p_rows; the verifier is handed their bf16 rounding
-    return laws.token_call_law(x_draft, [p_bf16[t] for t in range(len(x_draft))], q_rows)
-
-
-bf16_exact = laws.chain_call_law(bf16_verified, laws.fixed_rows(p_exact), laws.fixed_rows(q_exact), Kp, Vp)
-gap = laws.continued_law(bf16_exact, laws.fixed_rows(q_exact), Kp + 1)
-print(f"the bf16 draft's law, continued, equals it: {gap == target_law}; total variation, exactly: "
-      f"{float(stats.total_variation(gap, target_law)):.3g}")
+# At the sizes a test can afford, the chi-square sees deviations of a few hundredths in total variation; section 6's
+# exact tier saw this one with no sample at all.

@@ -37,10 +37,13 @@
 # * Cor. 3.9: if $\alpha > c$, then $\gamma = 1$ already gives $\dfrac{1 + \alpha}{1 + c} > 1$.
 #
 # Thm 3.8 assumes that scoring $\gamma + 1$ tokens in one target call costs the same as one decode step (true on an
-# accelerator with spare parallelism). On a CPU it does not: the panel's `score_slope` $s$ models a call that
-# scores $\gamma + 1$ tokens as costing $1 + s\gamma$ decode steps, and
-# `speedup.walltime_improvement_measured` then gives $\dfrac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + 1 + s\gamma)}$.
-# Notebook 05 measures $s$ for SmolLM2 on this machine.
+# accelerator with spare parallelism). On a CPU it does not. As in notebook 00, the **scoring cost**
+# $\mathrm{score\_cost}(\gamma)$ is what one target call that scores $\gamma + 1$ tokens costs, in decode steps
+# (`score_cost` in `specref.speedup`), and `speedup.walltime_improvement_measured` gives
+# $\dfrac{1 - \alpha^{\gamma+1}}{(1 - \alpha)(\gamma c + \mathrm{score\_cost}(\gamma))}$. The panel draws it as a
+# straight line, $\mathrm{score\_cost}(\gamma) = 1 + \mathrm{score\_slope} \cdot \gamma$: its slider `score_slope` is
+# the extra decode steps each additional scored token adds. Notebooks 00 and 05 measure the scoring cost for
+# SmolLM2 on this machine.
 
 # %%
 import numpy as np

@@ -28,9 +28,9 @@
 # can be installed here, so specref trains one from the target itself (`python -m specref train-draft`,
 # `specref.smollm2.draft`):
 #
-# - **inputs**: the target's own final state $s_{i-1}$ (its cache keeps it) and the embedding of the newest
+# - **inputs**: the target's own final state $h_{i-1}$ (its cache keeps it) and the embedding of the newest
 #   token $e(x_i)$ (EAGLE's idea);
-# - **network**: $\tilde s_i = uA + b + \mathrm{silu}(uW_1 + b_1)W_2$ with $u = [s_{i-1}, e(x_i)]$: one linear map
+# - **network**: $\tilde h_i = uA + b + \mathrm{silu}(uW_1 + b_1)W_2$ with $u = [h_{i-1}, e(x_i)]$: one linear map
 #   plus one SiLU layer, about 2.4 M parameters against the target's 135 M;
 # - **output**: the target's own head, restricted to the 4096 most frequent tokens ($p = 0$ elsewhere, which
 #   modified rejection sampling handles exactly: such tokens are never proposed, and the target's mass on
@@ -120,7 +120,8 @@ print(f"shipped: held-out alpha {history[0]['held_out_alpha']:.3f} at the start 
 # %% [markdown]
 # ## Where the draft sits on the speedup surface
 #
-# Theorem 3.8 with the measured cost of scoring $K+1$ tokens: speedup $= \frac{1-\alpha^{K+1}}{(1-\alpha)(Kc + s_K)}$.
+# Theorem 3.8 with the scoring cost $\mathrm{score\_cost}(K)$, what one target call scoring $K+1$ tokens costs in
+# decode steps (notebook 00): speedup $= \frac{1-\alpha^{K+1}}{(1-\alpha)(Kc + \mathrm{score\_cost}(K))}$.
 # Below, ArS and SpS on a Python prompt the draft never saw (temperature 0.8, top-p 0.95, as in Chen's HumanEval
 # setting), with the neural draft and with prompt lookup, for $K = 1, 2, 4$; each run's $\alpha$ (estimated as
 # accepted / examined drafts) and $c$ are measured and placed on the surface for $K = 2$ (the curves are where the

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import nbformat
@@ -46,7 +47,8 @@ def timed(check, f):
 
 
 CHECKS = {"verify": exercises.check_verify, "residual": exercises.check_residual,
-          "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights}
+          "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights,
+          "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square}
 
 
 # ---------------------------------------------------------------- the answers pass
@@ -599,3 +601,102 @@ def test_a_float32_residual_is_shown_its_difference():
 def test_a_misplaced_min_is_named(f, words):
     result = timed(exercises.check_block_weights, f)
     assert not result and words in result.diagnosis and "missing" not in result.diagnosis, result
+
+
+# ---------------------------------------------------------------- notebook 00's and 03's exercises
+
+def not_implemented(*args):  # a starter stub, as the notebooks hand it out
+    raise NotImplementedError
+
+
+@pytest.mark.parametrize("name", ["predicted_speedup", "chi_square"])
+def test_a_starter_stub_is_not_answered_yet(name):
+    result = timed(CHECKS[name], not_implemented)
+    assert not result and result.check == "not answered yet", result
+    assert "NotImplementedError" in result.diagnosis
+
+
+def _eq1(a, g):
+    return (1 - a ** (g + 1)) / (1 - a)
+
+
+# Wrong answers a learner could write for notebook 00's exercise, with the words their diagnosis must contain.
+WRONG_SPEEDUPS = [
+    (lambda a, g, c, s: _eq1(a, g) / (g * c + 1), "Theorem 3.8", "divides by gamma c + 1"),
+    (lambda a, g, c, s: (1 - a ** g) / (1 - a) / (g * c + s), "Theorem 3.8", "alpha**gamma where Eq. 1 has"),
+    (lambda a, g, c, s: _eq1(a, g) / ((g + 1) * c + s), "Theorem 3.8", "prices gamma + 1 draft steps"),
+    (lambda a, g, c, s: _eq1(a, g) / (g * c * s), "Theorem 3.8", "got"),  # no named mistake: the numbers
+    (lambda a, g, c, s: _eq1(a, g) / (g * c + s), "alpha = 1", "raised ZeroDivisionError"),  # no alpha = 1 branch
+    (lambda a, g, c, s: g / (g * c + s) if a == 1 else _eq1(a, g) / (g * c + s), "alpha = 1", "every draft is accepted"),
+    # right on the chosen grid only: tokens capped at 8 per call (gamma > 8 drafts never help)
+    (lambda a, g, c, s: (g + 1.0 if a == 1 else _eq1(a, min(g, 8))) / (g * c + s), "random settings", "got"),
+]
+
+
+@pytest.mark.parametrize("f, check, words", WRONG_SPEEDUPS, ids=range(len(WRONG_SPEEDUPS)))
+def test_wrong_predicted_speedups_fail_with_their_diagnosis(f, check, words):
+    result = timed(exercises.check_predicted_speedup, f)
+    assert not result and result.check == check and words in result.diagnosis, result
+
+
+@pytest.mark.parametrize("label, wrong", exercises.SPEEDUP_MISTAKES, ids=range(len(exercises.SPEEDUP_MISTAKES)))
+def test_predicted_speedup_mistakes_are_named(label, wrong):
+    result = timed(exercises.check_predicted_speedup, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def test_predicted_speedup_is_checked_on_edges_and_random_settings():
+    # an answer right everywhere but at gamma = 0 (a call that drafts nothing) or at c = 0 fails
+    sol = solution("predicted_speedup")
+    for f in (lambda a, g, c, s: sol(a, max(g, 1), c, s), lambda a, g, c, s: sol(a, g, max(c, 1e-3), s)):
+        result = timed(exercises.check_predicted_speedup, f)
+        assert not result and result.check != "not answered yet", result
+
+
+@pytest.mark.parametrize("label, wrong", exercises.CHI_SQUARE_MISTAKES, ids=range(len(exercises.CHI_SQUARE_MISTAKES)))
+def test_chi_square_mistakes_are_named(label, wrong):
+    result = timed(exercises.check_chi_square, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def pooled_by_count(counts, law):  # pools the outcomes SEEN fewer than 20 times, not those EXPECTED to be
+    from scipy import stats as sps
+    if any(law.get(k, 0) <= 0 for k in counts):
+        return math.inf, 0, 0.0
+    n = sum(counts.values())
+    live = [k for k in law if law[k] > 0]
+    rare = [k for k in live if counts.get(k, 0) < 20]
+    bins = ([rare] if rare else []) + [[k] for k in live if k not in rare]
+    if len(bins) < 2:
+        return 0.0, 0, 1.0
+    O = np.array([sum(counts.get(k, 0) for k in b) for b in bins], dtype=float)
+    E = np.array([n * sum(law[k] for k in b) for b in bins])
+    X2 = float(((O - E) ** 2 / E).sum())
+    return X2, len(bins) - 1, float(sps.chi2.sf(X2, len(bins) - 1))
+
+
+def scipy_without_pooling(counts, law):  # scipy.stats.chisquare on every outcome of the law
+    from scipy import stats as sps
+    n = sum(counts.values())
+    keys = [k for k in law if law[k] > 0]
+    r = sps.chisquare([counts.get(k, 0) for k in keys], [n * law[k] for k in keys])
+    return r.statistic, len(keys) - 1, r.pvalue
+
+
+def chi_square_without_forbidden_check(counts, law):  # right, except that a forbidden outcome is ignored
+    return solution("chi_square")(Counter({k: v for k, v in counts.items() if law.get(k, 0) > 0}), law)
+
+
+def chi_square_returning_dict(counts, law):
+    return {"statistic": 1.0, "dof": 1, "p": 0.3}
+
+
+@pytest.mark.parametrize("f, words", [
+    (pooled_by_count, "statistic"),
+    (scipy_without_pooling, "no pooling"),
+    (chi_square_without_forbidden_check, "rejects at once"),
+    (chi_square_returning_dict, "expected three numbers"),
+], ids=["pooled by observed counts", "scipy without pooling", "forbidden outcome dropped", "a dict"])
+def test_wrong_chi_squares_fail_with_their_diagnosis(f, words):
+    result = timed(exercises.check_chi_square, f)
+    assert not result and words in result.diagnosis, result

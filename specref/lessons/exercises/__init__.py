@@ -6,10 +6,12 @@
 Letters are Chen's: p is the DRAFT distribution, q the TARGET, K the drafts per call (Leviathan's gamma in
 `check_expected_tokens`, whose formula is his).  The answers live apart, in notebooks/solutions/.
 
-    check_verify(f)           f(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens [n]: Chen's Alg. 2, lines 9-14
-    check_residual(f)         f(p [V], q [V]) -> [V]: norm(max(0, q - p)), and q itself when that is all zero
-    check_expected_tokens(f)  f(alpha, gamma) -> float: Leviathan's Eq. 1, gamma + 1 at alpha = 1
-    check_block_weights(f)    f(x_draft [K], p [K, V], q [K+1, V]) -> w [K+1]: block verification's weights
+    check_verify(f)             f(x_draft [K], p [K, V], q [K+1, V], rng) -> tokens [n]: Chen's Alg. 2, lines 9-14
+    check_residual(f)           f(p [V], q [V]) -> [V]: norm(max(0, q - p)), and q itself when that is all zero
+    check_expected_tokens(f)    f(alpha, gamma) -> float: Leviathan's Eq. 1, gamma + 1 at alpha = 1
+    check_block_weights(f)      f(x_draft [K], p [K, V], q [K+1, V]) -> w [K+1]: block verification's weights
+    check_predicted_speedup(f)  f(alpha, gamma, c, score_cost) -> float: Theorem 3.8 with a measured scoring cost
+    check_chi_square(f)         f(counts, law) -> (statistic, dof, p_value): Pearson's test, rare outcomes pooled
 
 Each prints one verdict line, "pass: <what was checked>" or "FAIL: <check>: <diagnosis>", and returns a `Result`:
 true when it passed, with `.passed` and `.diagnosis`; its repr is the verdict line, and a notebook cell that ends
@@ -22,24 +24,29 @@ line itself holds no timing, so that a notebook's saved output does not change f
 
 Each check's module lists its checks in its docstring.  `check_verify` grades tokens drawn with uniforms the
 grader chooses (an answer that draws its randomness any other way is "not graded exactly" and does not pass); the
-other three exercises answer with numbers, which are compared with exact fractions (to TOL) before anything
-statistical runs.  With a fixed seed a statistical check's verdict on a given answer never
+others answer with numbers, which are compared with exact fractions, `specref.speedup` or scipy (to a
+relative 1e-9) before anything statistical runs.  A function that still raises NotImplementedError (a starter
+stub) is told "not answered yet" by the two newest checks.  With a fixed seed a statistical check's verdict on a given answer never
 changes, on any machine: a correct residual or Eq. 1 gets the solutions' p-values, and so does a verify that
 draws its uniforms as they do.
 
-    grading.py          the verdict (`Result`), the time limits, the seed, and what the checks share
-    uniforms.py         the uniforms the grader chooses, and the exact law of a function over them
-    verify.py           check_verify and the known mistakes of a verifier
-    residual.py         check_residual
-    expected_tokens.py  check_expected_tokens
-    block_weights.py    check_block_weights
-    gallery.py          MISTAKES, the mistakes that shipped, and show_mistakes, their chi-square table
+    grading.py            the verdict (`Result`), the time limits, the seed, and what the checks share
+    uniforms.py           the uniforms the grader chooses, and the exact law of a function over them
+    verify.py             check_verify and the known mistakes of a verifier
+    residual.py           check_residual
+    expected_tokens.py    check_expected_tokens
+    block_weights.py      check_block_weights
+    predicted_speedup.py  check_predicted_speedup
+    chi_square.py         check_chi_square
+    gallery.py            MISTAKES, the mistakes that shipped, and show_mistakes, their chi-square table
 
 The package imports no model code (notebooks 01-04 load none).
 """
 
 from .block_weights import BLOCK_MISTAKES, check_block_weights
+from .chi_square import CHI_SQUARE_MISTAKES, check_chi_square
 from .expected_tokens import EXPECTED_MISTAKES, check_expected_tokens
 from .gallery import CORRECT, MISTAKES, N_GALLERY, pipeline_law, plain_law, show_mistakes
+from .predicted_speedup import SPEEDUP_MISTAKES, check_predicted_speedup
 from .residual import RESIDUAL_MISTAKES, check_residual
 from .verify import VERIFY_MISTAKES, argmax_draws, check_verify, letters_swapped
