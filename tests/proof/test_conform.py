@@ -37,14 +37,14 @@ def test_every_law_the_checker_can_name_is_tried():
 
 @pytest.mark.slow  # 18-21 s each on a 2-core machine: the default suite stays under 5 minutes
 @pytest.mark.parametrize("function, algorithm", [(mrs.verify, "token"), (mrs.verify_block, "block")])
-def test_the_reference_verifiers_pass_every_check_within_two_minutes(function, algorithm):
+def test_the_reference_verifiers_pass_every_check(function, algorithm):
     report = conform.check(function, algorithm=algorithm)
     print(report.text())
     assert report.passed, report.text()
     assert all(c.passed for c in report.checks)  # nothing skipped: the exact tier ran too
     assert len([c for c in report.checks if c.level is not None]) == 11
     assert all(c.level == pytest.approx(conform.FAMILY_LEVEL / 11) for c in report.checks if c.level is not None)
-    assert report.seconds < 120
+    # How long a run takes is a performance figure, not asserted here (machines are shared): the report prints it.
 
 
 # ---------------------------------------------------------------- the run's levels, and what its sequence checks test
