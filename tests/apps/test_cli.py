@@ -92,6 +92,7 @@ BAD = {
         "--arrays": [["--arrays", "jax"]],
         "--seed": [["--seed", "-1"], ["--seed", "1.5"], ["--seed", "x"]],
         "--no-vectors": [["--no-vectors=0"]],
+        "--reseed-globals": [["--reseed-globals=yes"]],
         "--json": [["--json", "{dir}"], ["--json", "{missing}/report.json"], ["--json", "{file}/report.json"]],
         "--pipeline": [["--pipeline", "specref.proof.pipeline"], ["--pipeline", ":TOY.generate"]],
         "--reference": [["--reference", "plain"], ["--pipeline", "specref.proof.pipeline:TOY.generate"]],

@@ -28,7 +28,7 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-FAST_MODULES = ("specref.fast.cache", "specref.fast.kernels", "specref.fast.machine", "specref.fast.plan",
+FAST_MODULES = ("specref.fast.blas", "specref.fast.cache", "specref.fast.kernels", "specref.fast.machine", "specref.fast.plan",
                 "specref.fast.planner", "specref.fast.split", "specref.fast.team")    # every module of the fast path
 
 
