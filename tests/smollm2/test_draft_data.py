@@ -60,7 +60,7 @@ def test_batched_completions_equal_single_runs_tiny(seed):
     check_batched_equals_single(model, prompts, 30, seed)
 
 
-def check_batched_equals_single(model, prompts, max_new, seed):
+def check_batched_equals_single(model, prompts, max_new, seed, uneven=True):
     single = []
     for j, p in enumerate(prompts):
         model.reset()
@@ -72,7 +72,8 @@ def check_batched_equals_single(model, prompts, max_new, seed):
     caches, batched = dd.complete_batch(model, prompts, max_new,
                                         [np.random.default_rng([seed, j]) for j in range(len(prompts))])
     assert batched == single
-    assert len({len(ids) - len(p) for ids, p in zip(batched, prompts)}) > 1   # they ended at different steps
+    if uneven:  # the tiny model's completions end at different steps, so a finished row leaves the batch
+        assert len({len(ids) - len(p) for ids, p in zip(batched, prompts)}) > 1
     head = model.weights.head
     worst = 0.0
     for cache, ids, h in zip(caches, batched, alone_h):
@@ -87,7 +88,7 @@ def check_batched_equals_single(model, prompts, max_new, seed):
 @pytest.mark.slow
 def test_batched_completions_equal_single_runs(smollm2):
     """The same on the real model: B = 3 prompts, 10 new tokens each (about 2 minutes on a loaded 2-core machine)."""
-    check_batched_equals_single(smollm2, [smollm2.tokenizer.encode(p) for p in PROMPTS], 10, 5)
+    check_batched_equals_single(smollm2, [smollm2.tokenizer.encode(p) for p in PROMPTS], 10, 5, uneven=False)
 
 
 def test_decode_batch_rows_are_each_sequences_own():
