@@ -28,6 +28,12 @@ from specref import mrs, mrs_tree
 ALGORITHMS = list(tree.ALGORITHMS)
 REFERENCES = {a: tree.ALGORITHMS[a].verifier for a in ALGORITHMS}
 CONTROLS = [(a, b.name) for a in ALGORITHMS for b in tree.ALGORITHMS[a].bugs]
+# Full runs (a minute or two each on a 2-core machine) for the controls only a full run can name -- the inclusive
+# coin, which moves a call's law by about 2^-24 and is caught by the exact tier's edge check -- and for one more
+# control per algorithm, to show a whole run naming what its one-call check found.  Every other control is named by
+# test_the_one_call_check_names_every_control_it_can_see, which runs the same check a full run does on that case.
+FULL_RUN_CONTROLS = [(a, name) for a, name in CONTROLS if name == "inclusive_zero_coin"] + [
+    next((a, name) for a2, name in CONTROLS if a2 == a and name != "inclusive_zero_coin") for a in ALGORITHMS]
 SHARE = conform.FAMILY_LEVEL / 6  # six chi-square checks a run: four one-call cases, two sequence shapes
 
 
@@ -314,8 +320,8 @@ def test_every_tree_check_tests_something_at_its_default_size_for_every_algorith
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("algorithm, name", CONTROLS)
-def test_every_control_fails_a_full_run_which_names_it(algorithm, name):
+@pytest.mark.parametrize("algorithm, name", FULL_RUN_CONTROLS)
+def test_controls_fail_a_full_run_which_names_them(algorithm, name):
     report = conform.check(tree.ALGORITHMS[algorithm].bug[name], algorithm=algorithm)
     print(report.text())
     assert report.status() == 1
