@@ -92,17 +92,15 @@ def test_bf16_is_not_seen_at_the_default_size_and_its_needed_size_is_computed(pl
 def test_bf16_is_caught_at_its_computed_size_on_two_token_sequences():
     # The smallest effect: on two-token sequences its distance from the correct law is nearly that of
     # four (6.2e-4 against 6.6e-4) in 7 possible outcomes instead of 84, so about 3.7e7 sequences a sample give
-    # power 0.95 (computed).  One fixed seed: the bug fails, the correct pipeline at the same size passes
-    # (a false alarm there has probability 1e-3).  About two minutes each on a 2-core machine.
+    # power 0.95 (computed).  One fixed seed: the bug fails (about two minutes on a 2-core machine).  The
+    # correct pipeline is not run again at this size: its false-alarm rate is the check's level at any size
+    # (test_at_the_size_computed_for_95_percent_... and the default-size tests run it), and the run took as long.
     bug, toy = shipped.Bf16Draft(L=2), Toy(L=2)
     n = pipeline.samples_to_see(bug.law(), toy.plain_law(), power=0.95)
     assert n == pytest.approx(3.696e7, rel=0.02), n  # pinned in the default tier too
     report = conform.check_pipeline(bug.generate, bug.plain, samples=n, seed=0)
     print(report.text())
     assert not report.passed, report.text()
-    report = conform.check_pipeline(toy.generate, toy.plain, samples=n, seed=0)
-    print(report.text())
-    assert report.passed, report.text()
 
 
 # The sizes of docs/conformance.md's pipeline table: sequences a sample for power 0.5 and 0.95 (noncentral chi-square).
