@@ -23,7 +23,7 @@ from specref import mrs
 from specref.proof import laws, stats
 from specref.proof.verdict import Limits
 
-from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade, _pair
+from .grading import SEED, TOL, F, Result, _Fail, _fmt, _grade, _number, _pair
 
 
 # Calls of mrs.verify in check_expected_tokens' simulation (once a session: its result is kept).
@@ -73,18 +73,8 @@ def _rows_with_acceptance(alpha: Fraction, K: int) -> tuple[np.ndarray, np.ndarr
     return np.array([p] * K, dtype=np.float64), np.array([q] * (K + 1), dtype=np.float64)
 
 
-def _number(f, limits: Limits, check: str, alpha, gamma) -> float:  # f(alpha, gamma) as a float, or _Fail
-    where = f"alpha = {alpha}, gamma = {gamma}"
-    out = _call(limits, check, f, alpha, gamma, where=where)
-    try:
-        v = np.asarray(out, dtype=np.float64)
-    except Exception:  # noqa: BLE001
-        raise _Fail(check, f"returned {out!r} for {where}: expected one number") from None
-    if v.size != 1:
-        raise _Fail(check, f"returned an array of shape {v.shape} for {where}: expected one number")
-    if not np.isfinite(v.item()):
-        raise _Fail(check, f"returned {v.item()} for {where}")
-    return float(v.item())
+def _eq1_number(f, limits: Limits, check: str, alpha, gamma) -> float:  # f(alpha, gamma) as a float, or _Fail
+    return _number(limits, check, f, alpha, gamma, where=f"alpha = {alpha}, gamma = {gamma}")
 
 
 def _eq1_gap(f, alpha, gamma, got, want) -> str:  # what is wrong, with the known mistake it matches
@@ -101,7 +91,7 @@ def _eq1_gap(f, alpha, gamma, got, want) -> str:  # what is wrong, with the know
 
 def _check_eq1(f, limits: Limits, points) -> None:  # Eq. 1 at each (alpha, gamma), in order; _Fail at the first miss
     for alpha, gamma in points:
-        got, want = _number(f, limits, "Eq. 1", alpha, gamma), _eq1_floats(alpha)[gamma]
+        got, want = _eq1_number(f, limits, "Eq. 1", alpha, gamma), _eq1_floats(alpha)[gamma]
         if not math.isclose(got, want, rel_tol=TOL, abs_tol=1e-12):
             raise _Fail("Eq. 1", _eq1_gap(functools.partial(limits.call, f), alpha, gamma, got, want))
 
@@ -114,7 +104,7 @@ def check_expected_tokens(f: Callable) -> Result:
         check = "alpha = 1"
         for gamma in range(MAX_GAMMA + 1):
             try:
-                got = _number(f, limits, check, 1.0, gamma)
+                got = _eq1_number(f, limits, check, 1.0, gamma)
             except _Fail as e:
                 raise _Fail(check, f"{e.diagnosis}; at alpha = 1 the formula is 0 / 0: give it its limit gamma + 1 "
                                    "in a branch of its own") from None
@@ -126,14 +116,14 @@ def check_expected_tokens(f: Callable) -> Result:
             for K in (1, 2, 3):
                 p, q = _rows_with_acceptance(alpha, K)
                 mean = laws.mean_output_length(laws.verify_law(p, q))
-                got = _number(f, limits, check, float(alpha), K)
+                got = _eq1_number(f, limits, check, float(alpha), K)
                 if not math.isclose(got, mean, rel_tol=TOL):
                     raise _Fail(check, f"{_eq1_gap(functools.partial(limits.call, f), float(alpha), K, got, mean)}; "
                                        "that is mrs.verify's exact mean "
                                        f"output length for K = {K} on rows whose acceptance rate is {float(alpha)}")
         check = f"simulation ({N_SIMULATED} calls of mrs.verify, alpha = 0.75, gamma = 4, seed {SEED})"
         mean, se = _simulated_tokens()
-        got = _number(f, limits, check, 0.75, 4)
+        got = _eq1_number(f, limits, check, 0.75, 4)
         pvalue = math.erfc(abs(mean - got) / se / math.sqrt(2))  # two-sided, the normal approximation
         if pvalue <= stats.LEVEL:
             raise _Fail(check, f"mrs.verify made {mean:.4f} +- {se:.4f} tokens a call, the answer says {_fmt(got)} "

@@ -120,6 +120,32 @@ def _call(limits: Limits, check: str, f: Callable, *args, where: str = ""):
         raise _Fail(check, f"raised {type(e).__name__}: {e}" + (f" ({where})" if where else "")) from None
 
 
+def _number(limits: Limits, check: str, f: Callable, *args, where: str) -> float:
+    """f(*args) under the time limits, as one finite float; anything else fails `check`, saying where."""
+    out = _call(limits, check, f, *args, where=where)
+    try:
+        v = np.asarray(out, dtype=np.float64)
+    except Exception:  # noqa: BLE001
+        raise _Fail(check, f"returned {out!r} for {where}: expected one number") from None
+    if v.size != 1:
+        raise _Fail(check, f"returned an array of shape {v.shape} for {where}: expected one number")
+    if not np.isfinite(v.item()):
+        raise _Fail(check, f"returned {v.item()} for {where}")
+    return float(v.item())
+
+
+def _not_answered(limits: Limits, f: Callable, *args) -> None:
+    """Fail "not answered yet" when f(*args) raises NotImplementedError (the starter stub); any other error is left
+    to the checks that follow, which report it where it happens."""
+    try:
+        limits.call(f, *args)
+    except NotImplementedError:
+        raise _Fail("not answered yet", f"{getattr(f, '__name__', 'the function')} raises NotImplementedError: "
+                                        "replace the raise with your code") from None
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _fmt(v, digits: int = 6) -> str:
     return f"{float(v):.{digits}g}"
 

@@ -25,7 +25,7 @@ import numpy as np
 from specref import speedup
 from specref.proof.verdict import Limits
 
-from .grading import SEED, TOL, Result, _call, _Fail, _fmt, _grade, _pair
+from .grading import SEED, TOL, Result, _Fail, _fmt, _grade, _not_answered, _number, _pair
 
 
 MAX_GAMMA = 64
@@ -85,17 +85,8 @@ def _where(a, g, c, s) -> str:
     return f"alpha = {a:.6g}, gamma = {g}, c = {c:.6g}, score_cost = {s:.6g}"
 
 
-def _number(f, limits: Limits, check: str, setting) -> float:  # f(*setting) as a float, or _Fail
-    out = _call(limits, check, f, *setting, where=_where(*setting))
-    try:
-        v = np.asarray(out, dtype=np.float64)
-    except Exception:  # noqa: BLE001
-        raise _Fail(check, f"returned {out!r} for {_where(*setting)}: expected one number") from None
-    if v.size != 1:
-        raise _Fail(check, f"returned an array of shape {v.shape} for {_where(*setting)}: expected one number")
-    if not np.isfinite(v.item()):
-        raise _Fail(check, f"returned {v.item()} for {_where(*setting)}")
-    return float(v.item())
+def _setting_number(f, limits: Limits, check: str, setting) -> float:  # f(*setting) as a float, or _Fail
+    return _number(limits, check, f, *setting, where=_where(*setting))
 
 
 def _safe(f, setting) -> float:  # f(*setting) as a float, NaN if it raises or returns no number
@@ -120,31 +111,21 @@ def _gap(f, setting, got, want) -> str:  # what is wrong, with the known mistake
     return f"{where} (here it gives a known mistake's value, not everywhere: {here[0]})" if here else where
 
 
-def _not_answered(f, limits: Limits) -> None:
-    try:
-        limits.call(f, *SPEEDUP_GRID[0])
-    except NotImplementedError:
-        raise _Fail("not answered yet", f"{getattr(f, '__name__', 'the function')} raises NotImplementedError: "
-                                        "replace the raise with your code") from None
-    except Exception:  # noqa: BLE001  (the checks below report it where it happens)
-        pass
-
-
 def check_predicted_speedup(f: Callable) -> Result:
     """Grade f(alpha, gamma, c, score_cost) -> float as Theorem 3.8 with a measured scoring cost (module docstring)."""
     def run(limits: Limits) -> str:
-        _not_answered(f, limits)
+        _not_answered(limits, f, *SPEEDUP_GRID[0])
         for check, settings in (("Theorem 3.8", SPEEDUP_GRID), ("random settings", _random_settings()),
                                 ("edge values", _edge_settings())):
             for setting in settings:
-                got, want = _number(f, limits, check, setting), _want(*setting)
+                got, want = _setting_number(f, limits, check, setting), _want(*setting)
                 if not _close(got, want):
                     raise _Fail(check, _gap(functools.partial(limits.call, f), setting, got, want))
         check = "alpha = 1"
         for g, c, s in itertools.product(EDGE["gamma"] + (2, 5), EDGE["c"], EDGE["score_cost"]):
             setting = (1.0, g, c, s)
             try:
-                got = _number(f, limits, check, setting)
+                got = _setting_number(f, limits, check, setting)
             except _Fail as e:
                 raise _Fail(check, f"{e.diagnosis}; at alpha = 1 Eq. 1 is 0 / 0: give it its limit gamma + 1 in a "
                                    "branch of its own") from None
