@@ -182,20 +182,16 @@ def run(args) -> int:
               f"unset, in a child process (OpenBLAS's own kernels; the first time, their own plan too) ...", flush=True)
         costs["native_kernels"] = native_kernel_costs(args)
         print(format_kernel_comparison(costs, costs["native_kernels"]))
-    if args.costs_only:
-        if args.json:
-            write_text(args.json, json.dumps(costs, indent=2))
-            print(f"wrote {args.json}")
-        return 0
-    print(f"\nthe demo's workloads ({args.max_new_tokens} new tokens, K={args.K}, default prompt) ...", flush=True)
-    prompt_ids = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
-    results = demo.run_workloads(model, prompt_ids, [(0.0, None), (0.8, 0.95)], list(demo.DRAFTS), args.K,
-                                 args.max_new_tokens, 0, eos=model.tokenizer.eos_id, log=lambda *a: None,
-                                 verify=args.verify)
-    costs["workloads"] = [workload_row(r) for r in results]
-    costs["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(demo.table(results))
-    print(format_workload_checks(costs))
+    if not args.costs_only:
+        print(f"\nthe demo's workloads ({args.max_new_tokens} new tokens, K={args.K}, default prompt) ...", flush=True)
+        prompt_ids = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
+        results = demo.run_workloads(model, prompt_ids, [(0.0, None), (0.8, 0.95)], list(demo.DRAFTS), args.K,
+                                     args.max_new_tokens, 0, eos=model.tokenizer.eos_id, log=lambda *a: None,
+                                     verify=args.verify)
+        costs["workloads"] = [workload_row(r) for r in results]
+        costs["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(demo.table(results))
+        print(format_workload_checks(costs))
     if args.json:
         write_text(args.json, json.dumps(costs, indent=2))
         print(f"wrote {args.json}")
