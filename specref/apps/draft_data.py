@@ -157,10 +157,10 @@ def write_npz(path: pathlib.Path, arrays: dict) -> None:
         np.savez(f, **arrays)
 
 
-def load_shards(paths: list[pathlib.Path]) -> dict:
-    """Concatenate shards, keeping their sequences distinct."""
+def load_shards(paths: list[pathlib.Path], in_order: bool = False) -> dict:
+    """Concatenate shards (sorted by name, or in the order given), keeping their sequences distinct."""
     parts, offset = [], 0
-    for path in sorted(paths):
+    for path in (paths if in_order else sorted(paths)):
         with np.load(path) as z:
             part = {k: z[k] for k in z.files}
         part["seq"] = part["seq"] + offset

@@ -33,7 +33,8 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specref.apps import options
-from specref.apps.draft_data import make_data, write_npz
+from specref.apps.draft_data import load_shards, make_data, write_npz
+from specref.files import replacing
 from specref.smollm2 import draft as nd
 from specref.smollm2.fetch import cache_root
 from specref.fast import load_fast
@@ -59,6 +60,7 @@ class Config:
     kl_weight: float = 1.0
     tv_weight: float = 1.0
     ridge_init: bool = True  # start A, b from ridge regression (False: from zero, to see training work)
+    data_positions: int = 0  # 0: the standard-library data above; N: the first N training positions at scale
 
     def data_key(self) -> str:
         """The data directory's key: the counts are not in it, since a shard's content does not depend
@@ -226,11 +228,38 @@ def save_checkpoint(path: pathlib.Path, params: dict, opt: Adam, rng: np.random.
     write_npz(path, arrays)
 
 
+def scale_data(root: pathlib.Path, positions: int) -> dict[str, dict]:
+    """{"train", "held"}: the first training positions of the data at scale (`python -m specref draft-data`),
+    `positions` of them rounded up to the end of a sequence, and its held-out shards."""
+    from specref.apps.draft_build import BuildSpec, existing, shard_kind
+    spec = BuildSpec()
+    folder = root / "draft-data" / f"scale-{spec.key()}"
+    paths, made, s = [], 0, 0
+    while made < positions or s < spec.held_shards:
+        found = existing(folder, *shard_kind(spec, s))
+        if found is None:
+            raise ValueError(f"the data at scale holds {made:,} training positions in {folder}, fewer than the "
+                             f"{positions:,} asked for: run `python -m specref draft-data --positions {positions}` "
+                             "first (it resumes where it stopped)")
+        paths.append(found[0])
+        made += found[1] if s >= spec.held_shards else 0
+        s += 1
+    train = load_shards([p for p in paths if not p.name.startswith("held-")], in_order=True)
+    cut = positions
+    while cut < len(train["seq"]) and train["seq"][cut] == train["seq"][cut - 1]:
+        cut += 1                                  # end at a sequence boundary
+    return {"train": {k: v[:cut] for k, v in train.items()},
+            "held": load_shards([p for p in paths if p.name.startswith("held-")])}
+
+
 def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, workers: int, log,
                  seconds_limit: float | None = None) -> nd.DraftWeights | None:
     """Data, then training; returns the draft (None if stopped early by seconds_limit)."""
     t0 = time.perf_counter()
-    data = make_data(model, config, cache_root / "draft-data" / config.data_key(), workers, log)
+    if config.data_positions:
+        data = scale_data(cache_root, config.data_positions)
+    else:
+        data = make_data(model, config, cache_root / "draft-data" / config.data_key(), workers, log)
     train_data, held = data["train"], data["held"]
     log(f"data ready: {len(train_data['tok'])} training positions, {int(held['kind'].sum())} held-out sampled "
         f"positions ({time.perf_counter() - t0:.0f} s)")
@@ -246,9 +275,24 @@ def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, worke
             "held_out_sampled_positions": int(held["kind"].sum()),
             "command": "python -m specref train-draft" + (" --quick" if config == QUICK else "")
                        + f" --seed {config.seed}",
-            "data": "Python standard library functions (teacher-forced and the target's own completions); "
-                    "no HumanEval", "seconds": round(time.perf_counter() - t0, 1)}
+            "data": ("Python standard library functions" if not config.data_positions else
+                     "the data at scale (python -m specref draft-data): functions of the standard library and "
+                     "the installed packages") + " (teacher-forced and the target's own completions); no HumanEval", "seconds": round(time.perf_counter() - t0, 1)}
     return nd.DraftWeights(params, kept, meta)
+
+
+def evaluate(model: SmolLM2, weights: nd.DraftWeights, root: pathlib.Path, n_prompts: int, log) -> dict:
+    """alpha 1, 2 and 3 steps ahead on the target's own completions of HumanEval prompts (`draft_eval`), printed."""
+    from specref.apps.draft_eval import alphas, load_eval_data, mlp_chain
+    from specref.apps.humaneval.problems import load_problems
+    data = load_eval_data(model, root, load_problems(progress=log), log, n_prompts)
+    head = model.weights.head_matrix()
+    result = alphas(mlp_chain(weights.params, np.ascontiguousarray(head.T)), data,
+                    np.ascontiguousarray(head[:, weights.kept]), weights.kept)
+    for setting in ("t1", "nucleus", "greedy"):
+        log(f"alpha on the target's completions of {n_prompts} HumanEval prompts, {setting}: "
+            + ", ".join(f"{k} ahead {v:.3f}" for k, v in result[setting].items()))
+    return {"prompts": n_prompts, **{s: {str(k): v for k, v in result[s].items()} for s in result}}
 
 
 # ---- the command ----------------------------------------------------------------------------------
@@ -258,6 +302,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
     parser.add_argument("--steps", type=options.integer(1, 10**7), default=None,
                         help=f"Adam steps (default {Config.steps}, quick {QUICK.steps})")
+    parser.add_argument("--data-positions", metavar="N", type=options.integer(1, 10**9), default=None,
+                        help="train on the first N training positions of the data at scale (made by "
+                             "`python -m specref draft-data`) instead of the small standard-library data")
+    parser.add_argument("--hidden", type=options.integer(1, 65536), default=None,
+                        help=f"units in the draft's SiLU layer (default {Config.hidden})")
+    parser.add_argument("--batch", type=options.integer(1, 65536), default=None,
+                        help=f"examples per Adam step (default {Config.batch})")
+    parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=164,
+                        help="after training, measure alpha on the target's own completions of the first N "
+                             "HumanEval prompts (specref.apps.draft_eval; default all 164, 0: skip)")
+    parser.add_argument("--report", type=options.output_file(), default=None,
+                        help="also write the run's measurements (configuration, history, alpha) as JSON here")
     parser.add_argument("--out", type=options.output_file(), default=None,
                         help="where to write the draft (default: draft.npz in the cache directory)")
     parser.add_argument("--install", action="store_true",
@@ -272,22 +328,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def check_args(args) -> None:
+    if args.quick and args.data_positions:
+        raise ValueError("argument --data-positions: not allowed with --quick (the quick configuration makes its "
+                         "own small data)")
     if args.out is not None and args.install:
         raise ValueError("argument --out: not allowed with --install (both name the output file; give one)")
 
 
 def run(args) -> int:
     config = QUICK if args.quick else Config()
-    config = replace(config, seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+    chosen = {"steps": args.steps, "data_positions": args.data_positions, "hidden": args.hidden, "batch": args.batch}
+    config = replace(config, seed=args.seed, **{k: v for k, v in chosen.items() if v})
     root = cache_root(args.cache_dir)
     out = nd.SHIPPED_PATH if args.install else pathlib.Path(args.out) if args.out else root / "draft.npz"
     model = load_fast(cache_dir=args.cache_dir, measure=True)
     log = lambda text: print(text, flush=True)  # noqa: E731
     weights = run_training(model, config, root, args.workers, log)
+    if args.eval_prompts:
+        weights.meta["humaneval_alpha"] = evaluate(model, weights, root, args.eval_prompts, log)
     sha = nd.save_draft(out, weights)
     last = weights.meta["history"][-1]
     print(f"wrote {out} (SHA-256 {sha}); held-out alpha {last['held_out_alpha']:.3f}, "
           f"2 ahead {last['held_out_alpha_2']:.3f}")
+    if args.report:
+        with replacing(args.report, "w") as f:
+            json.dump(dict(weights.meta, draft_file=str(out), draft_sha256=sha), f, indent=1)
+        print(f"wrote {args.report}")
     if args.install:
         print(f"record it: SHIPPED_SHA256 = \"{sha}\" in specref/smollm2/draft.py")
     return 0

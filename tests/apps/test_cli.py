@@ -76,6 +76,12 @@ BAD = {
         "--workers": [["--workers", "0"], ["--workers", "many"]],
         "--cache-dir": [["--cache-dir", "{file}"]],
         "--blas-threads": [["--blas-threads", "-2"]],
+        "--data-positions": [["--data-positions", "0"], ["--data-positions", "1e5"],
+                             ["--data-positions", "1000", "--quick"]],
+        "--hidden": [["--hidden", "0"], ["--hidden", "wide"]],
+        "--batch": [["--batch", "0"], ["--batch", "-4"]],
+        "--eval-prompts": [["--eval-prompts", "165"], ["--eval-prompts", "-1"]],
+        "--report": [["--report", "{dir}"], ["--report", "{missing}/r.json"]],
     },
     "draft-data": {
         "--positions": [["--positions", "0"], ["--positions", "2e6"], ["--positions", "2,000,000"]],
