@@ -15,6 +15,7 @@ every control and small runs.
 import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -522,3 +523,11 @@ def test_the_large_vocabulary_whole_path_check_fails_a_verifier_that_stops_short
     assert short.passed is False and "0 of 50 calls kept a whole path" in short.detail, short.line()
     whole = tree_part.certain_check(REFERENCES[algorithm], algorithm, np.random.default_rng(0))  # the control
     assert whole.passed is True, whole.line()
+
+
+def test_every_tree_control_is_in_the_docs_table_of_full_runs():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    missing = [(a, name) for a, name in CONTROLS if f"| {a} | `{name}`" not in page]
+    assert not missing, f"docs/conformance.md has no full-run row for {missing}"
+    shipped = (Path(__file__).resolve().parents[2] / "docs" / "shipped_bugs.md").read_text()
+    assert "| `last_token_over_accepted_node` | Sequoia's `verify`" in shipped
