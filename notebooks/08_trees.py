@@ -448,8 +448,8 @@ for name, alg in tree.ALGORITHMS.items():
 # %% [markdown]
 # This notebook's `verify_tree` gives the library's counts exactly: the same tokens for the same uniforms. A
 # chi-square of `inf` (p-value 0) means the sample holds an output the exact law gives probability 0: a token the
-# target forbids, say. What the bugs are (each docstring in `specref/proof/tree.py` says how it is modelled). Five
-# shipped in real systems:
+# target forbids, say. What the bugs are (each docstring in `specref/proof/bugs/tree.py` says how it is modelled).
+# Six are in real systems' code:
 #
 # - **sglang #12561** (`stale_draft_probs`): `draft_probs` allocated with `empty_like` instead of zeros, so the
 #   recovered token was drawn from $\max(0, q - \text{draft\_probs})$ built on uninitialised memory.
@@ -457,8 +457,12 @@ for name, alg in tree.ALGORITHMS.items():
 #   be exactly 0, so a child the target gives probability 0 could be accepted.
 # - **TensorRT-LLM #15098** (`wrong_logits_slice`): dynamic-tree rejection sampling read the wrong slice of the
 #   target's logits (modelled as node $i$ reading row $i$ instead of $i + 1$).
-# - **EAGLE commit 8009b6d** (`bonus_unwarped`): the bonus token was drawn from `softmax(logits)` without the
-#   request's temperature and top-p.
+# - **EAGLE from commit 6aa1ed8 until 50fc246 / c892473** (`bonus_unwarped`): the bonus token was drawn from
+#   `softmax(logits)` without the request's temperature and top-p.
+# - **Sequoia's `verify`** (`last_token_over_accepted_node`, tree-mss and tree-rrs): the last token is written at
+#   index $m$ of the node buffer ($m$ nodes accepted) before the accepted path is gathered from it, so with nodes
+#   numbered level by level the accepted node numbered $m$ outputs the last token. Found by running this checker on
+#   Sequoia's code; we found no report of it upstream.
 # - **SGLang's `threshold_single` / `threshold_acc` below 1** (`sglang_thresholds_*`): lossy by design; the exact TV
 #   is how far each setting moves the output from the target.
 #

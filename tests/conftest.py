@@ -13,29 +13,44 @@
   those ids run (a representative of the family, with its negative control); `--slow` runs every
   case; `@pytest.mark.slow_cases("id", ...)` the other way round (those cases need --slow).  This
   keeps the default run short while CI runs the whole family.
+- A time limit on every test, a hang guard and not a timing assertion: a test whose setup, call or
+  teardown runs past TIME_LIMIT seconds (default 900, 3 times the slowest correct test seen on a
+  loaded 2-core machine) fails, named, with where it was, instead of hanging the run (a verifier whose
+  walk never advances loops forever).  `--time-limit SECONDS` sets it (0: none, e.g. under a
+  debugger); `@pytest.mark.time_limit(seconds)` raises it for a test known to need longer.  It uses
+  SIGALRM through `specref.proof.verdict.alarm`, which the checker's own call limits nest inside.
 """
 
 import os
 
 import pytest
 
+from specref.proof import verdict
 from specref.smollm2 import load_smollm2
 
 pytest_plugins = ["pytester"]  # tests/core/test_suite_tiers.py runs pytest on this file
 
 SLOW_REASON = "slow (seconds to minutes on a 2-core machine): run with `python3 -m pytest --slow`"
 FAMILY_REASON = "another case of a family whose representative runs by default: run with `python3 -m pytest --slow`"
+# Seconds each phase of a test (setup, call, teardown) may take before it fails as hung.  The slowest correct
+# tests took about 300 s on a 2-core machine with its other core busy (CI's --durations list), and a first load
+# of the model that measures its plan over 300 s; a test that needs longer says so with @pytest.mark.time_limit.
+TIME_LIMIT = 900.0
 
 
 def pytest_addoption(parser):
     parser.addoption("--slow", action="store_true", default=False,
                      help="also run the tests marked slow and every case of each family (what CI runs)")
+    parser.addoption("--time-limit", type=float, default=TIME_LIMIT, metavar="SECONDS",
+                     help=f"fail a test whose setup, call or teardown runs longer (a hang guard; default "
+                          f"{TIME_LIMIT:g}, 0 for none); @pytest.mark.time_limit(seconds) raises it for one test")
 
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "slow: a proof or check of seconds to minutes a faster default test stands in for; runs with --slow")
     config.addinivalue_line("markers", "default_cases(*ids): only these parametrized cases run without --slow")
     config.addinivalue_line("markers", "slow_cases(*ids): these parametrized cases run only with --slow")
+    config.addinivalue_line("markers", "time_limit(seconds): this test's hang guard, when it needs more than --time-limit")
 
 
 def run_slow(config) -> bool:
@@ -67,6 +82,42 @@ def pytest_collection_modifyitems(config, items):
         if not ids <= seen[key]:
             raise pytest.UsageError(f"{key}: its marker names {sorted(ids - seen[key])}, which are not among its "
                                     f"cases {sorted(seen[key])}")
+
+
+def time_limit(item) -> float:
+    """Seconds each phase of `item` may take: --time-limit, or its time_limit marker's if that is larger; 0: none."""
+    limit = item.config.getoption("--time-limit")
+    marker = item.get_closest_marker("time_limit")
+    return 0.0 if not limit else max(limit, float(marker.args[0])) if marker else limit
+
+
+class TimeLimitExceeded(BaseException):
+    """A test past its time limit (a BaseException, so that no `except Exception` in the code under test keeps it)."""
+
+
+def _guarded(item, phase: str):
+    limit = time_limit(item)
+    if not limit or not verdict.alarms_work():
+        return (yield)
+    message = (f"{item.nodeid} exceeded its time limit of {limit:g} s in its {phase} (a hang guard: the traceback "
+               f"shows where it was; a test that needs longer takes @pytest.mark.time_limit(seconds))")
+    with verdict.alarm(limit, lambda: TimeLimitExceeded(message)):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _guarded(item, "setup"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _guarded(item, "call"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _guarded(item, "teardown"))
 
 
 @pytest.fixture(scope="session")

@@ -2,7 +2,8 @@
 
 `Rule(test)` walks a tree as specref/mrs_tree.py documents, with the accept test `test` ("topk", "mss" or
 "rrs": verify_tree_topk's, verify_tree_mss's, verify_tree_rrs's) and pieces a known bug may change (the
-coin, the target row a node reads, the bonus token's row, the recovered token's weights).  `.law` is the
+coin, the target row a node reads, the bonus token's row, the recovered token's weights, the token output for an
+accepted node).  `.law` is the
 exact law of one call (rows of fractions.Fraction give exact laws), `.sample` draws it with a generator.
 TOPK, MSS and RRS are the three correct rules; specref.proof.bugs.tree builds the known bugs from them.
 Independent of specref/mrs_tree.py's float code.  Chen's letters: p = draft, q = target.
@@ -64,6 +65,10 @@ def _own_bonus(q_row):
     return q_row
 
 
+def _own_token(tokens, node: int, accepted: int, last: int) -> int:
+    return tokens[node]
+
+
 def _q_without(q_row, p_row, tried):  # [V], [V], tried tokens -> [V]: verify_tree_topk's recovered weights
     w = [0 * v if y in tried else v for y, v in enumerate(q_row)]
     return w if sum(w) > 0 else list(q_row)  # rounding left nothing: q itself (documented in specref.mrs)
@@ -77,17 +82,19 @@ class Rule:
     the correct ones): coin, the accept test; q_row(row, children, parents), the index of the q row read
     where row `row` should be; bonus(q_row), the weights of the token after a node without children;
     recovered(q_row, p_row, tried), "topk"'s weights after every child was rejected; merge_repeats, test a
-    token only once per node (a repeated sibling is skipped: no uniform, no update).  `law` is the exact
+    token only once per node (a repeated sibling is skipped: no uniform, no update); path_token(tokens, node,
+    accepted, last), the token output for accepted node `node` on a path of `accepted` nodes that ends with the
+    token `last` (the correct one: tokens[node]).  `law` is the exact
     law of one call for a fixed tree, `sample` draws one call with a uniform per child tested and one for
     the last token, in specref.mrs's order.
     """
 
     def __init__(self, test: str, coin: Coin = STRICT, q_row: Callable = _same_row, bonus: Callable = _own_bonus,
-                 recovered: Callable = _q_without, merge_repeats: bool = False):
+                 recovered: Callable = _q_without, merge_repeats: bool = False, path_token: Callable = _own_token):
         if test not in ("topk", "mss", "rrs"):
             raise ValueError(f"test must be 'topk', 'mss' or 'rrs', got {test!r}")
         self.test, self.coin, self.q_row, self.bonus = test, coin, q_row, bonus
-        self.recovered, self.merge_repeats = recovered, merge_repeats
+        self.recovered, self.merge_repeats, self.path_token = recovered, merge_repeats, path_token
         self._nodes = {}  # cache of node(): many trees of an enumeration share a node
 
     def _ratio(self, x, q_row, rest, d_row):  # the accept test's ratio for child x
@@ -132,7 +139,7 @@ class Rule:
         tokens, parents = [int(x) for x in tokens], [int(j) for j in parents]
         children = children_of(parents)
 
-        def at(row):  # the law of what the walk outputs from the node of `row` on
+        def at(row, depth):  # the law of what the walk outputs from the node of `row` on, `depth` nodes accepted
             kids = children[row]
             q_row = q[self.q_row(row, children, parents)]
             if not kids:
@@ -142,15 +149,15 @@ class Rule:
             for chance, k in accepts:
                 if chance > 0:
                     child = kids[k]
-                    for rest, v in at(child + 1).items():
-                        out = (tokens[child],) + rest
+                    for rest, v in at(child + 1, depth + 1).items():  # a path of depth + len(rest) nodes
+                        out = (self.path_token(tokens, child, depth + len(rest), rest[-1]),) + rest
                         law[out] = law.get(out, 0) + chance * v
             if none > 0:
                 for out, v in self._ends(None, last).items():
                     law[out] = law.get(out, 0) + none * v
             return law
 
-        return at(0)
+        return at(0, 0)
 
     def _ends(self, transform, row) -> dict:  # the law of one last token drawn from transform(row) (or row)
         key = ("end", transform, id(row))
@@ -164,13 +171,16 @@ class Rule:
         tokens, parents = [int(x) for x in tokens], [int(j) for j in parents]
         p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
         children = children_of(parents)
-        out, row = [], 0
+        path, row = [], 0  # the accepted nodes
+
+        def output(last: int) -> np.ndarray:
+            return np.array([self.path_token(tokens, i, len(path), last) for i in path] + [last], dtype=np.int64)
+
         while True:
             kids = children[row]
             q_row = q[self.q_row(row, children, parents)]
             if not kids:
-                out.append(mrs.sample(_as_float(self.bonus(q_row)), rng))
-                return np.array(out, dtype=np.int64)
+                return output(mrs.sample(_as_float(self.bonus(q_row)), rng))
             w, d, rest, tried, accepted = q_row.copy(), p[row].copy(), 1.0, [], None
             for i in kids:
                 x = tokens[i]
@@ -192,9 +202,8 @@ class Rule:
                         d = d / d.sum()
             if accepted is None:
                 last = self.recovered(q_row, p[row], tried) if self.test == "topk" else w
-                out.append(mrs.sample(_as_float(last), rng))
-                return np.array(out, dtype=np.int64)
-            out.append(tokens[accepted])
+                return output(mrs.sample(_as_float(last), rng))
+            path.append(accepted)
             row = accepted + 1
 
 

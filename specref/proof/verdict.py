@@ -5,7 +5,8 @@ samples were too few to test anything) and `Verdict` what a report reads off its
 FAILED, or INCOMPLETE when nothing failed but some check tested nothing; `Stop` and its
 kinds end a run at once with a failing check; `Limits` puts a time limit on each call into the
 code under test and on all of them together.  Shared by `conform` (verifiers) and `pipeline`
-(whole generators).
+(whole generators).  `alarm` is the one SIGALRM timer they use, which leaves an enclosing one (a test
+suite's own time limit, say) in force.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Iterator
 
 
 @dataclass
@@ -99,6 +101,35 @@ class TimeLimit(Stop):
     check = "time limit"
 
 
+def alarms_work() -> bool:
+    """Whether `alarm` can interrupt this thread: the main thread, where the platform has setitimer (not Windows)."""
+    return threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+
+
+@contextmanager
+def alarm(seconds: float, expired: Callable[[], BaseException]) -> Iterator[None]:
+    """Raise expired() in the block if it runs longer than `seconds` of wall-clock time (SIGALRM; main thread only:
+    see `alarms_work`).  It nests: an alarm already set that is due first stays in charge (its own handler raises),
+    and one due later is set again when the block ends, less the time the block took."""
+    start = time.monotonic()
+    outer, _ = signal.getitimer(signal.ITIMER_REAL)
+    if 0 < outer <= seconds:  # the enclosing alarm comes first: it stays in charge
+        yield
+        return
+
+    def handler(signum, frame):
+        raise expired()
+    previous = signal.signal(signal.SIGALRM, handler)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer > 0:  # the enclosing alarm again, with the time it had left (at once if that has run out)
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 1e-6))
+
+
 class Limits:
     """Time limits on calls into code under test: each call `per_call` seconds, all calls together end by `total` s.
 
@@ -124,16 +155,9 @@ class Limits:
         if limit <= 0:
             raise TimeLimit(self._message(0.0))
         message = self._message(limit)
-        if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
-            def alarm(signum, frame):
-                raise TimeLimit(message)
-            previous = signal.signal(signal.SIGALRM, alarm)
-            signal.setitimer(signal.ITIMER_REAL, limit)
-            try:
+        if alarms_work():
+            with alarm(limit, lambda: TimeLimit(message)):
                 out = function(*args)
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-                signal.signal(signal.SIGALRM, previous)
         else:
             box = {}
 

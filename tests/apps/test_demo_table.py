@@ -31,9 +31,9 @@ def test_predict_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_
 
 # ---------------------------------------------------------------- K chosen per draft from measured costs
 
-def pilot(alpha, draft_ms, examined=20):
+def pilot(alpha, draft_ms, examined=20, sps_call_ms=10.0):
     stats = types.SimpleNamespace(alpha_hat=alpha, n_examined=examined, draft_ms_per_call=draft_ms,
-                                  target_ms_per_call=10.0)
+                                  target_ms_per_call=sps_call_ms)
     return demo.Run("SpS", "neural+lookup", demo.PILOT_K, 0.8, 0.95, [1], stats)
 
 
@@ -49,6 +49,16 @@ def test_choose_K_takes_theorem_3_8_s_best_K_with_the_pilots_alpha_and_c():
     assert choice.pays and f"K = {choice.K} predicts" in choice.why()
     # the same draft on a CPU where scoring costs much more: a smaller K
     assert demo.choose_K(pilot(0.8, 0.2), base, AVX2_LIKE).K < choice.K
+
+
+def test_c_is_the_draft_step_over_the_decode_step_not_over_the_pilots_own_call():
+    """The pilot's SpS call scores K + 1 tokens and costs more than a decode step (17 ms against 10 ms here, as on a
+    CPU where scoring several tokens is dear): c is priced against the decode step of the ArS run.  Dividing by the
+    pilot's call instead would give c = 1/17, K = 4 and 1.30x where Theorem 3.8 with c = 0.1 gives K = 3 and 1.21x."""
+    choice = demo.choose_K(pilot(0.7, 1.0, sps_call_ms=17.0), run("ArS", 10.0), AVX2_LIKE)
+    assert choice.c == pytest.approx(0.1)
+    assert (choice.K, choice.predicted) == speedup.best_gamma_measured(0.7, 0.1, AVX2_LIKE)
+    assert choice.why() == "alpha 0.70, c 0.100: K = 3 predicts 1.21x"
 
 
 def test_where_no_K_pays_the_choice_says_so_and_gives_the_alpha_needed():

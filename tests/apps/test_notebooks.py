@@ -78,6 +78,7 @@ def test_notebook_runs_headless(name):
 
 
 @pytest.mark.slow
+@pytest.mark.time_limit(1800)  # each cell may take 600 s (CELL_TIMEOUT), a first model load measures its plan
 @pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
 def test_model_notebook_runs_headless(name):
     _run(name)

@@ -1,8 +1,15 @@
 """The suite's tiers (tests/conftest.py): `default_cases` runs a family's named cases by default and every case
 with --slow, `slow_cases` the other way round, and a misspelt case id is an error rather than a family that
-silently runs nothing by default.  Run in-process with pytest's own `pytester` on a copy of the conftest."""
+silently runs nothing by default; a test past its time limit fails, named, instead of hanging the run.  Run
+in-process with pytest's own `pytester` on a copy of the conftest."""
 
+import signal
+import time
 from pathlib import Path
+
+import pytest
+
+from specref.proof import verdict
 
 CONFTEST = (Path(__file__).resolve().parents[1] / "conftest.py").read_text()
 
@@ -39,3 +46,83 @@ def test_a_misspelt_case_is_an_error(pytester, monkeypatch):  # negative control
     r = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert r.ret == 4
     assert "its marker names ['B'], which are not among its cases ['a', 'b', 'c']" in r.stderr.str() + r.stdout.str()
+
+
+# ---------------------------------------------------------------- the time limit: a hang becomes a named failure
+
+HANGS = '''import time
+
+import numpy as np
+import pytest
+
+from specref import trees
+
+
+def verify_tree_stuck(tokens, parents, p, q, rng):
+    """verify_tree_mss's walk with one fault: after accepting node i it moves to row i, not i + 1, so with p = q
+    (every child accepted) it accepts the first child of the same row forever."""
+    children, out, row = trees.children_of(parents), [], 0
+    while True:
+        for i in children[row]:
+            if rng.random() < q[row, tokens[i]] / p[row, tokens[i]]:
+                out.append(int(tokens[i]))
+                row = i
+                break
+        else:
+            return np.array(out + [int(np.argmax(q[row]))])
+
+
+def test_stuck():
+    rows = np.full((3, 4), 0.25)
+    verify_tree_stuck(np.array([1, 2]), np.array([-1, 0]), rows, rows, np.random.default_rng(0))
+
+
+def test_in_time():
+    time.sleep(0.1)
+
+
+@pytest.mark.time_limit(10)
+def test_slow_but_marked():
+    time.sleep(1.5)
+
+
+@pytest.mark.time_limit(1.2)
+def test_past_its_own_limit():
+    time.sleep(5)
+'''
+
+
+def test_a_test_that_loops_forever_fails_named_within_its_time_limit(pytester, monkeypatch):
+    monkeypatch.delenv("SPECREF_SLOW", raising=False)
+    pytester.makeconftest(CONFTEST)
+    pytester.makepyfile(test_it=HANGS)
+    start = time.monotonic()
+    r = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--time-limit", "1")
+    seconds = time.monotonic() - start
+    print(r.stdout.str()[-3000:], f"{seconds:.1f} s")
+    # the controls: a test within the limit passes, and so does one that needs more and is marked so
+    r.assert_outcomes(passed=2, failed=2)
+    out = r.stdout.str()
+    assert "test_it.py::test_stuck exceeded its time limit of 1 s in its call" in out
+    assert "in verify_tree_stuck" in out  # the traceback shows where it looped
+    assert "test_it.py::test_past_its_own_limit exceeded its time limit of 1.2 s in its call" in out
+    assert seconds < 60  # it ended: the loop alone would never have
+
+
+def test_the_checkers_call_limit_leaves_an_enclosing_alarm_in_force():
+    # verdict.alarm nests: a conformance run inside a test keeps the test's own time limit
+    class Outer(BaseException):
+        pass
+
+    guard, _ = signal.getitimer(signal.ITIMER_REAL)  # this test's own time limit (tests/conftest.py), if set
+    with pytest.raises(Outer):
+        with verdict.alarm(1.0, Outer):
+            limits = verdict.Limits(0.2, 60.0)
+            assert limits.call(lambda: 7) == 7  # a call within its limit ...
+            with pytest.raises(verdict.TimeLimit, match="did not return within its time limit of 0.2 s"):
+                limits.call(time.sleep, 5)  # ... one past it (the inner limit, due first) ...
+            remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+            assert 0 < remaining < 1.0  # ... and the enclosing alarm is still set, with the time it had left
+            time.sleep(5)  # so it fires
+    after, _ = signal.getitimer(signal.ITIMER_REAL)  # and the test's own is back, less the time spent
+    assert (after == 0) == (guard == 0) and after <= guard

@@ -15,6 +15,7 @@ every control and small runs.
 import time
 from collections import Counter
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,6 +87,41 @@ def test_the_all_zero_residual_edge_catches_an_unguarded_residual():
     print(report.text())
     assert report.checks[-1].name == "contract" and "a token id outside the vocabulary [0, 4)" in report.checks[-1].detail
     assert "GHSA-8wr5-jm2h-8r4f" in report.diagnosis
+
+
+def sequoia_shaped(gather_first: bool):
+    """A tree-rrs verifier that outputs through a token buffer the way Sequoia's verify does (our code, its shape): the
+    buffer holds a prefix of 3 tokens, then the nodes; accept_list holds the buffer indices of the prefix and of the
+    accepted nodes; the last token is written at index len(accept_list) and the path gathered from accept_list, in
+    that order (Sequoia's) or, gather_first, the other way round (the negative control).  The walk is
+    mrs_tree.verify_tree_rrs's; its accepted nodes are found from its tokens (siblings drawn without replacement
+    are distinct)."""
+    def verify(tokens, parents, p, q, rng):
+        out = mrs_tree.verify_tree_rrs(tokens, parents, p, q, rng)
+        children, prefix = trees.children_of(parents), 3
+        accept_list, row = list(range(prefix)), 0
+        for x in out[:-1]:
+            node = next(i for i in children[row] if tokens[i] == x)
+            accept_list.append(prefix + node)
+            row = node + 1
+        buffer, n = np.concatenate([np.zeros(prefix, dtype=np.int64), tokens, [0]]), len(accept_list)
+        if gather_first:
+            buffer[:n] = buffer[accept_list]
+            buffer[n] = out[-1]
+        else:
+            buffer[n] = out[-1]
+            buffer[:n] = buffer[accept_list]
+        return buffer[prefix:n + 1]
+    return verify
+
+
+def test_the_exact_tier_names_a_last_token_written_before_the_path_is_gathered():
+    checks = conform.exact_checks(sequoia_shaped(gather_first=False), "tree-rrs")
+    vectors = checks[0]
+    print(vectors.line())
+    assert vectors.passed is False and "last_token_over_accepted_node" in vectors.diagnosis, vectors.diagnosis
+    control = conform.exact_checks(sequoia_shaped(gather_first=True), "tree-rrs")  # gathered, then written: correct
+    assert all(c.passed for c in control), [c.line() for c in control]
 
 
 # ---------------------------------------------------------------- what every output must be
@@ -487,3 +523,11 @@ def test_the_large_vocabulary_whole_path_check_fails_a_verifier_that_stops_short
     assert short.passed is False and "0 of 50 calls kept a whole path" in short.detail, short.line()
     whole = tree_part.certain_check(REFERENCES[algorithm], algorithm, np.random.default_rng(0))  # the control
     assert whole.passed is True, whole.line()
+
+
+def test_every_tree_control_is_in_the_docs_table_of_full_runs():
+    page = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    missing = [(a, name) for a, name in CONTROLS if f"| {a} | `{name}`" not in page]
+    assert not missing, f"docs/conformance.md has no full-run row for {missing}"
+    shipped = (Path(__file__).resolve().parents[2] / "docs" / "shipped_bugs.md").read_text()
+    assert "| `last_token_over_accepted_node` | Sequoia's `verify`" in shipped

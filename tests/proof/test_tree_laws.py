@@ -146,6 +146,34 @@ def _reorder_root(draws, swap):  # trees (2, 2) with the root's two children (an
     return out
 
 
+def test_the_last_token_over_an_accepted_node_is_the_correct_law_with_that_node_overwritten():
+    """Sequoia's write-then-gather, computed another way: on trees drawn without replacement (siblings distinct, so
+    an output's tokens name its path), the bug's law is the correct law with every output's accepted node numbered
+    m (m accepted nodes) showing the last token; the bug's own law is computed by its rule, node by node."""
+    alg, (draft, target) = tree.ALGORITHMS["tree-rrs"], tree.case_rows("close")
+    bug, moved = alg.bug["last_token_over_accepted_node"], 0
+    for _, tokens, parents in tree.tree_draws(alg.drawing, draft, tree.WIDTHS):
+        p, q = tree.tree_rows(tokens, parents, draft), tree.tree_rows(tokens, parents, target)
+        children, expected = trees.children_of(parents), {}
+        for out, v in alg.rule.law(tokens, parents, p, q).items():
+            row, path = 0, []
+            for x in out[:-1]:  # the node of each accepted token: the child of the last one with that token
+                path.append(next(i for i in children[row] if tokens[i] == x))
+                row = path[-1] + 1
+            seen = tuple(out[-1] if i == len(path) else tokens[i] for i in path) + out[-1:]
+            expected[seen] = expected.get(seen, 0) + v
+            moved += seen != out
+        assert bug.law(tokens, parents, p, q) == expected
+    assert moved > 0  # the control: some outputs are overwritten, so the two laws differ
+    # by hand, on one tree: tokens 0, 1 at the root, 2, 3 under node 0; node 1 (token 1) accepted, then its bonus
+    # token y (node 1 has no children): Sequoia writes y at slot 1, node 1's own, and outputs (y, y)
+    tokens, parents = [0, 1, 2, 3], [-1, -1, 0, 0]
+    p = np.array([[0.5, 0.5, 0, 0], [0, 0, 0.5, 0.5]] + [[0.25] * 4] * 3)
+    q = np.array([[0, 1.0, 0, 0]] + [[0.25] * 4] * 4)
+    assert list(alg.verifier(np.array(tokens), np.array(parents), p, q, ListedUniforms([0.9, 0.1, 0.6]))) == [1, 2]
+    assert list(bug(tokens, parents, p, q, ListedUniforms([0.9, 0.1, 0.6]))) == [2, 2]
+
+
 @pytest.mark.parametrize("algorithm", ["tree-mss", "tree-rrs"])
 def test_the_order_the_children_are_tested_in(algorithm):
     """SpecInfer tests children in random order; verify_tree_mss and verify_tree_rrs test them in the order given.

@@ -134,6 +134,31 @@ def merged_repeated_siblings() -> TreeBug:
                     "merged): the repeat's residual update max(0, q - p) is skipped", Rule("mss", merge_repeats=True))
 
 
+def _last_token_at_slot(tokens, node: int, accepted: int, last: int) -> int:
+    # The last token is written at index `accepted` of the node buffer, and the path is then read from the buffer:
+    # the accepted node whose index equals the path's length reads the last token instead of its own.
+    return last if node == accepted else tokens[node]
+
+
+def last_token_over_accepted_node(test: str) -> TreeBug:
+    """Sequoia (Infini-AI-Lab/Sequoia, Tree/SpecTree.py and Tree/SpecInferTree.py, `verify`, as of its commit
+    0ff3ff7): with the accepted nodes' buffer indices in accept_list (the prefix's positions, then one per
+    accepted node), it writes the last token, recovered or bonus, at `tokens[accept_length]`, accept_length =
+    len(accept_list), and only then gathers the path with `tokens[:accept_length] = tokens[accept_list]`.  A node's
+    buffer index is the prefix's length plus its number, so the last token lands on node m's slot (node numbering
+    from 0, m the number of accepted nodes); when node m is on the accepted path, the gathered path reads the last
+    token there instead of the node's own.  Level-by-level numbering puts node m on a path often: in a 2x2 tree
+    node 1 (the root's second child) when one node is accepted, node 2 (the first child of node 0) when two are.
+    Found by running this checker on Sequoia's code through an adapter; we found no report of it upstream.  The
+    walk and the accept tests are the correct rule's; only the output is gathered after the write.  Checked as
+    tree-mss (SpecInferTree: i.i.d. children) and tree-rrs (SpecTree: children without replacement)."""
+    return rule_bug("last_token_over_accepted_node", "writes the last token at index m of the node buffer (m = the "
+                    "number of accepted nodes) before gathering the accepted path from that buffer, so the accepted "
+                    "node numbered m outputs the last token instead of its own (Sequoia's verify: "
+                    "tokens[accept_length] is written before tokens[accept_list] is gathered; found by this checker, "
+                    "no upstream report found)", Rule(test, path_token=_last_token_at_slot))
+
+
 class SGLangThresholds(TreeBug):
     """SGLang's tree_speculative_sampling_target_only with --speculative-accept-threshold-single and -acc below 1:
     lossy by design.  At each node one coin u; walking the children c_1, c_2, ... with the cumulative target mass
@@ -209,7 +234,7 @@ BUGS = {
     "tree-topk": (stale_draft_probs(), inclusive_zero_coin("topk"), wrong_logits_slice("topk"), bonus_unwarped("topk"),
                   *THRESHOLDS, iid_rule_on_ranked_children(), sibling_row("topk")),
     "tree-mss": (inclusive_zero_coin("mss"), wrong_logits_slice("mss"), bonus_unwarped("mss"), sibling_row("mss"),
-                 merged_repeated_siblings()),
+                 merged_repeated_siblings(), last_token_over_accepted_node("mss")),
     "tree-rrs": (inclusive_zero_coin("rrs"), wrong_logits_slice("rrs"), bonus_unwarped("rrs"), sibling_row("rrs"),
-                 rrs_without_zeroing_p()),
+                 rrs_without_zeroing_p(), last_token_over_accepted_node("rrs")),
 }
