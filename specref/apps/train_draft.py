@@ -312,6 +312,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=164,
                         help="after training, measure alpha on the target's own completions of the first N "
                              "HumanEval prompts (specref.apps.draft_eval; default all 164, 0: skip)")
+    parser.add_argument("--evaluate", metavar="DRAFT", type=existing_file, default=None,
+                        help="train nothing: measure the draft file DRAFT on the held-out set (--eval-prompts) "
+                             "and stop ('shipped' for the draft that ships with the repository)")
     parser.add_argument("--report", type=options.output_file(), default=None,
                         help="also write the run's measurements (configuration, history, alpha) as JSON here")
     parser.add_argument("--out", type=options.output_file(), default=None,
@@ -327,7 +330,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="OpenBLAS threads for training (default 0: every core)")
 
 
+def existing_file(value: str) -> str:
+    """A draft file that exists, or 'shipped'."""
+    if value != "shipped" and not pathlib.Path(value).expanduser().is_file():
+        raise argparse.ArgumentTypeError(f"expected a draft file that exists, or 'shipped'; got {value!r}")
+    return value
+
+
 def check_args(args) -> None:
+    if args.evaluate is not None and args.eval_prompts == 0:
+        raise ValueError("argument --evaluate: not allowed with --eval-prompts 0 (it would measure nothing)")
     if args.quick and args.data_positions:
         raise ValueError("argument --data-positions: not allowed with --quick (the quick configuration makes its "
                          "own small data)")
@@ -343,6 +355,14 @@ def run(args) -> int:
     out = nd.SHIPPED_PATH if args.install else pathlib.Path(args.out) if args.out else root / "draft.npz"
     model = load_fast(cache_dir=args.cache_dir, measure=True)
     log = lambda text: print(text, flush=True)  # noqa: E731
+    if args.evaluate is not None:
+        weights = nd.load_draft(None if args.evaluate == "shipped" else args.evaluate, model.config.vocab_size)
+        result = evaluate(model, weights, root, args.eval_prompts, log)
+        if args.report:
+            with replacing(args.report, "w") as f:
+                json.dump({"draft": args.evaluate, "meta": weights.meta, "humaneval_alpha": result}, f, indent=1)
+            print(f"wrote {args.report}")
+        return 0
     weights = run_training(model, config, root, args.workers, log)
     if args.eval_prompts:
         weights.meta["humaneval_alpha"] = evaluate(model, weights, root, args.eval_prompts, log)

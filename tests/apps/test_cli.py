@@ -82,6 +82,8 @@ BAD = {
         "--batch": [["--batch", "0"], ["--batch", "-4"]],
         "--eval-prompts": [["--eval-prompts", "165"], ["--eval-prompts", "-1"]],
         "--report": [["--report", "{dir}"], ["--report", "{missing}/r.json"]],
+        "--evaluate": [["--evaluate", "{missing}/d.npz"], ["--evaluate", "{dir}"],
+                       ["--evaluate", "shipped", "--eval-prompts", "0"]],
     },
     "draft-data": {
         "--positions": [["--positions", "0"], ["--positions", "2e6"], ["--positions", "2,000,000"]],
