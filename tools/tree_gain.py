@@ -40,7 +40,7 @@ from specref.apps import demo, humaneval as he  # noqa: E402  (he: the command's
 from specref.apps.costs import measure_costs  # noqa: E402
 from specref.apps.humaneval.choices import GREEDY, NUCLEUS  # noqa: E402
 from specref.apps.humaneval.problems import load_problems  # noqa: E402
-from specref.apps.humaneval.report import add_bench_prediction, format_table, summarize  # noqa: E402
+from specref.apps.humaneval.report import add_bench_model_check, format_table, summarize  # noqa: E402
 from specref.apps.humaneval.runner import Benchmark, Method  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 from specref.files import write_text  # noqa: E402
@@ -214,7 +214,7 @@ def run_humaneval(argv) -> int:
     costs = None if args.no_bench_costs else measure_costs(model, repeats=5)
     keys = bench.run_methods("table", methods, execute=True, stop=True)
     rows = summarize(methods, bench.stored, keys, [p.task_id for p in problems])
-    add_bench_prediction(rows, costs)
+    add_bench_model_check(rows, costs)
     print(format_table(rows))
     if costs is not None:
         print("\nscoring costs, in decode steps: chain of K + 1 tokens "

@@ -4,8 +4,15 @@ Each run streams its text as it is generated; with SpS, tokens that were drafted
 accepted are highlighted (green), tokens that came from the target (a correction or the
 bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per target
 call, the time of one target call, the speedup measured over ArS with the same sampling
-settings, and the speedup Leviathan's model predicts from the measured alpha, the draft's
-cost c and the measured cost of scoring K + 1 tokens in one call (see `predict`).
+settings, and two figures from Leviathan's model (Theorem 3.8) that are not the same kind of thing:
+- "predicted": the a-priori prediction, made before the run from what was measured before it: the
+  pilot's alpha (a tree: its chances by rank) and c, and the scoring costs measured at the start
+  (`KChoice.predicted`, `TreeChoice.predicted`).  A run whose K or tree was given (--K, --tree) had
+  no pilot, and shows "none": there is no a-priori prediction for it.
+- "model check": the same formula with the run's OWN alpha, c and scoring cost (`model_check`).  It
+  uses the outcome it is compared with, so it agrees with the measurement by construction up to what
+  the model leaves out (verify, the loop's overhead, the betas not being i.i.d.): it checks the
+  model's algebra, not a prediction.
 
 K, the draft tokens per target call, is chosen per draft and setting from Leviathan's model
 (Theorem 3.8, with the cost of scoring K + 1 tokens measured on this CPU at the start of the run,
@@ -94,13 +101,22 @@ class Run:
     expected_token: float = float("nan")  # token-level verification's expected tokens per call on these drafts
     expected_block: float = float("nan")  # block verification's, on the same drafts and rows
     speedup: float = float("nan")  # over ArS with the same warp, same run
-    predicted: float = float("nan")  # Leviathan's model with the measured alpha, c and scoring cost
-    score_noise: bool = False  # the SpS call measured cheaper than a decode step: predicted with a scoring cost of 1
+    apriori: float | None = None  # predicted before the run, from the pilot and the costs measured before it
+                                  # (`KChoice.predicted`, `TreeChoice.predicted`); None: no a-priori prediction
+    model_check: float = float("nan")  # Theorem 3.8 with this run's own alpha, c and scoring cost (`model_check`):
+                                       # a check of the model's algebra, not a prediction
+    score_noise: bool = False  # the SpS call measured cheaper than a decode step: model check with a scoring cost of 1
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
     tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
     drawing: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
     why_tree: str = ""  # how the tree was chosen (`choose_tree`)
+
+    @property
+    def predicted(self) -> float:
+        """The old name of `model_check`, kept for notebooks 05 and 06 until they are changed: it is Theorem 3.8
+        with this run's own alpha and costs, NOT a prediction (the a-priori figure is `apriori`)."""
+        return self.model_check
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -155,15 +171,17 @@ class Printer:
         self.stream.flush()
 
 
-def predict(result: Run, base: Run) -> float:
-    """Leviathan Thm 3.8 with measured costs: E[tokens](alpha, K) / (K c + score_cost).
+def model_check(result: Run, base: Run) -> float:
+    """Leviathan Thm 3.8 with the run's own measurements: E[tokens](alpha, K) / (K c + score_cost).
 
-    Costs are measured in the same runs, relative to one ArS target call (one decode step
+    A check of the model's algebra, not a prediction: every input comes from the run it is compared
+    with.  Costs are measured in the same runs, relative to one ArS target call (one decode step
     with the same warp): c = one draft step, score_cost = one SpS target call scoring K + 1
     tokens, at least 1 (`speedup.plausible_score_cost`; the run's `score_noise` says when the
     measurement was below).  alpha is the run's estimate.  A draft that drafts fewer than K in
-    some calls is predicted call by call (`speedup.improvement_with_lengths`).  Not modelled:
-    verify and the loop's own overhead.
+    some calls is modelled call by call (`speedup.improvement_with_lengths`).  Not modelled:
+    verify and the loop's own overhead.  The a-priori prediction is `KChoice.predicted` (or
+    `TreeChoice.predicted`), from the pilot before the run.
     """
     if result.method == "ArS":
         return 1.0
@@ -178,15 +196,21 @@ def predict(result: Run, base: Run) -> float:
                                                   stats.draft_ms_per_call / base.stats.target_ms_per_call, score_cost))
 
 
-def fill_prediction(result: Run, base: Run) -> Run:
-    """Set result's speedup over `base` (ArS with the same warp, same run), its prediction (`predict`)
-    and `score_noise` (its SpS call measured cheaper than base's: `speedup.plausible_score_cost`)."""
+def fill_model_check(result: Run, base: Run) -> Run:
+    """Set result's speedup over `base` (ArS with the same warp, same run), its model check (`model_check`)
+    and `score_noise` (its SpS call measured cheaper than base's: `speedup.plausible_score_cost`).
+    ArS's a-priori prediction is 1 (it is the baseline); an SpS run's is set from its pilot's choice."""
     result.speedup = base.stats.ms_per_token / result.stats.ms_per_token
-    result.predicted = predict(result, base)
+    result.model_check = model_check(result, base)
+    if result.method == "ArS":
+        result.apriori = 1.0
     if result.method == "SpS":
         result.score_noise = speedup.plausible_score_cost(
             result.stats.target_ms_per_call / base.stats.target_ms_per_call)[1]
     return result
+
+
+fill_prediction = fill_model_check  # the old name, kept for notebooks 05 and 06 until they are changed
 
 
 K_CHOICES = 8        # K is chosen among 1..K_CHOICES
@@ -210,7 +234,8 @@ class KChoice:
     K: int
     alpha: float  # measured in the pilot run
     c: float  # one draft step / one decode step, measured in the pilot run
-    predicted: float  # the model's speedup at K
+    predicted: float  # the a-priori prediction: the model's speedup at K from the pilot's alpha and c and the
+                      # scoring costs measured before the run (the table's "predicted")
     needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`)
 
     @property
@@ -363,7 +388,8 @@ class TreeChoice:
     drawing: str
     profile: list  # chances by rank at each depth, measured in the pilot (`TreeProfile`)
     c: float  # one draft row / one decode step, measured in the pilot
-    predicted: float  # the model's speedup for that tree
+    predicted: float  # the a-priori prediction: the model's speedup for that tree from the pilot's chances and c
+                      # and the scoring costs measured before the run (the table's "predicted")
     chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
 
     @property
@@ -396,7 +422,8 @@ def table(results: list[Run]) -> str:
     w = max([13] + [len(r.draft) for r in results])  # the draft column fits the longest name
     tw = max([7] + [len(r.tree) for r in results])  # and the tree column the longest shape
     head = f"{'method':6} {'draft':{w}} {'K':>2} {'tree':>{tw}} {'verify':6} {'T':>4} {'top-p':>5} {'tokens':>6} {'ms/tok':>7} {'alpha':>6} " \
-           f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9}"
+           f"{'tok/call':>8} {'E token':>7} {'E block':>7} {'call ms':>7} {'speedup':>8} {'predicted':>9} " \
+           f"{'model check':>11}"
     rows = [head, "-" * len(head)]
     for r in results:
         rows.append(f"{r.method:6} {r.draft:{w}} {r.K if r.K else '-':>2} {r.tree or '-':>{tw}} {r.verify:6} {r.temperature:4.1f} {r.top_p or 1.0:5.2f} "
@@ -405,22 +432,31 @@ def table(results: list[Run]) -> str:
                     f"{r.expected_token:7.2f} {r.expected_block:7.2f} "
                     f"{r.stats.target_ms_per_call:7.1f} "
                     f"{r.speedup:7.2f}x "
-                    f"{r.predicted:8.2f}x" + ("*" if r.score_noise else ""))
+                    + (f"{'none':>9} " if r.apriori is None else f"{r.apriori:8.2f}x ")
+                    + f"{r.model_check:10.2f}x" + ("*" if r.score_noise else ""))
+    rows.append("predicted: made before the run, from the pilot's alpha (a tree: its chances by rank) and c and the "
+                "scoring costs measured before it (the choices below)")
+    rows.append("model check (run's alpha, run's costs): Theorem 3.8 with the run's own alpha, c and scoring cost; "
+                "it checks the model's algebra, not a prediction")
+    if any(r.apriori is None for r in results):
+        rows.append("none: no a-priori prediction, because no pilot measured that draft before the run "
+                    "(K or the tree was given: --K, --tree)")
     if any(r.score_noise for r in results):
         rows.append("* the SpS target call (up to K + 1 tokens) measured cheaper than the ArS call: timing noise; "
-                    "predicted with a scoring cost of 1 decode step")
+                    "the model check uses a scoring cost of 1 decode step")
     chosen = [r for r in results if r.why_K]
     if chosen:
         rows.append("")
-        rows.append(f"K per draft: Leviathan's Theorem 3.8 with this CPU's scoring costs, alpha and c from a "
-                    f"{PILOT_TOKENS}-token pilot run (--K forces one):")
+        rows.append(f"K per draft, and its prediction before the run: Leviathan's Theorem 3.8 with this CPU's scoring "
+                    f"costs, alpha and c from a {PILOT_TOKENS}-token pilot run (--K forces one):")
         for r in chosen:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_K}")
     trees = [r for r in results if r.why_tree]
     if trees:
         rows.append("")
-        rows.append(f"Trees per draft: Theorem 3.8 for trees (specref.speedup.tree_walltime_improvement) with the same "
+        rows.append(f"Trees per draft, and their predictions before the run: Theorem 3.8 for trees "
+                    f"(specref.speedup.tree_walltime_improvement) with the same "
                     f"costs, the chances by rank at each depth from a {PILOT_TOKENS}-token pilot with the tree {TREE_PILOT} "
                     f"(a tree row is run where one pays; --tree forces one):")
         for r in trees:
@@ -432,7 +468,9 @@ def table(results: list[Run]) -> str:
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
                   printer=None, log=print, verify: str = "token", costs: list[float] | None = None,
                   tree: str | None = None) -> list[Run]:
-    """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup and predicted.
+    """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup, the
+    a-priori prediction (`Run.apriori`, from the pilot that chose K or the tree; None where K or the tree was given)
+    and the model check (`Run.model_check`, from the run's own alpha and costs).
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
     (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
@@ -449,12 +487,11 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
         log(f"\n--- ArS, {label} ---")
         base = generate(model, prompt_ids, "ArS", "-", 1, temperature, top_p, max_new_tokens, seed, eos, printer)
-        fill_prediction(base, base)
+        fill_model_check(base, base)
         log(f"\n[{len(base.tokens)} tokens, {base.stats.ms_per_token:.1f} ms/token]")
         results.append(base)
         for name in draft_names:
-            why = "--K"
-            k = K
+            why, k, choice = "--K", K, None
             if K is None:
                 pilot = generate(model, prompt_ids, "SpS", name, PILOT_K, temperature, top_p, PILOT_TOKENS, seed + 1,
                                  eos, None, verify)
@@ -464,9 +501,10 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             r = generate(model, prompt_ids, "SpS", name, k, temperature, top_p, max_new_tokens, seed, eos, printer,
                          verify)
             r.why_K = why if K is None else ""
-            fill_prediction(r, base)
-            log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x, "
-                f"predicted {r.predicted:.2f}x]")
+            fill_model_check(r, base)
+            r.apriori = None if choice is None else choice.predicted  # made before the run, from the pilot
+            log(f"\n[{len(r.tokens)} tokens, {r.stats.ms_per_token:.1f} ms/token, speedup {r.speedup:.2f}x; "
+                f"{outcome_text(r)}]")
             results.append(r)
             drawing = tree_drawing(name, temperature)
             shape, why_tree = (Tree.parse(tree, drawing) if tree else None), ""
@@ -483,11 +521,18 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
                 t = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, max_new_tokens, seed, eos,
                              printer, verify, tree=shape)
                 t.why_tree = why_tree
-                fill_prediction(t, base)
-                log(f"\n[{len(t.tokens)} tokens, {t.stats.ms_per_token:.1f} ms/token, speedup {t.speedup:.2f}x, "
-                    f"predicted {t.predicted:.2f}x]")
+                fill_model_check(t, base)
+                t.apriori = tree_choice.predicted if tree is None else None  # a given tree had no pilot
+                log(f"\n[{len(t.tokens)} tokens, {t.stats.ms_per_token:.1f} ms/token, speedup {t.speedup:.2f}x; "
+                    f"{outcome_text(t)}]")
                 results.append(t)
     return results
+
+
+def outcome_text(r: Run) -> str:
+    """The run's a-priori prediction (or that it has none) and its model check, in words."""
+    before = "no a-priori prediction" if r.apriori is None else f"predicted {r.apriori:.2f}x before the run"
+    return f"{before}; model check (run's alpha, run's costs) {r.model_check:.2f}x"
 
 
 def verdicts(results: list[Run]) -> list[str]:
@@ -501,8 +546,9 @@ def verdicts(results: list[Run]) -> list[str]:
         what = f"tree {r.tree} ({r.K} nodes), {r.verify}" if r.tree else f"{r.verify}"
         size = "" if r.tree else f"K = {r.K}, "
         out.append(f"SpS with {r.draft}, {what} verification ({setting}) is {word} than ArS: {r.speedup:.2f}x "
-                   f"({size}alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call)"
-                   + (f"; before the run: {r.why_K}" if "no K pays" in r.why_K else ""))
+                   f"({size}alpha {r.stats.alpha_hat:.2f}, {r.stats.tokens_per_target_call:.2f} tokens per target call); "
+                   + ("no a-priori prediction" if r.apriori is None else f"predicted {r.apriori:.2f}x before the run")
+                   + (f" ({r.why_K})" if "no K pays" in r.why_K else ""))
         if "no tree pays" in r.why_tree:
             out.append(f"No tree pays for {r.draft} ({setting}) at this CPU's measured costs: {r.why_tree}")
     return out

@@ -1,4 +1,4 @@
-"""The demo's table flags a prediction made from a scoring cost measured below one decode step; K is chosen from
+"""The demo's table flags a model check made from a scoring cost measured below one decode step; K is chosen from
 the measured scoring costs, each priced at the call that scores K + 1 tokens."""
 
 import types
@@ -18,12 +18,12 @@ def run(method, target_ms, draft="-", K=0):
 
 
 @pytest.mark.parametrize("sps_call_ms, flagged", [(9.0, True), (12.0, False)])
-def test_predict_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_ms, flagged):
+def test_model_check_and_table_flag_an_sps_call_cheaper_than_a_decode_step(sps_call_ms, flagged):
     ars, sps = run("ArS", 10.0), run("SpS", sps_call_ms, "ngram", 4)
-    demo.fill_prediction(sps, ars)
+    demo.fill_model_check(sps, ars)
     assert sps.score_noise is flagged and sps.speedup == 1.0
     expected = speedup.walltime_improvement_measured(0.5, 4, 0.01, max(1.0, sps_call_ms / 10.0))
-    assert sps.predicted == pytest.approx(float(expected))
+    assert sps.model_check == pytest.approx(float(expected))
     text = demo.table([ars, sps])
     assert ("timing noise" in text) is flagged
     assert text.splitlines()[3].endswith("x*") is flagged

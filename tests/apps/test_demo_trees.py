@@ -93,19 +93,19 @@ def test_where_no_tree_pays_the_choice_the_table_and_the_verdicts_say_so():
     stats = types.SimpleNamespace(ms_per_token=10.0, alpha_hat=0.3, tokens_per_target_call=1.3, target_ms_per_call=17.0,
                                   draft_ms_per_call=1.0, n_examined=10, calls_by_drafted=[0, 5])
     chain = demo.Run("SpS", "neural", 1, 0.8, 0.95, [1, 2], stats, verify="token", why_tree=choice.why(),
-                        speedup=0.8, predicted=0.8)
+                        speedup=0.8, model_check=0.8)
     text = demo.table([chain])
     assert "Trees per draft" in text and "no tree pays" in text
     assert any(line.startswith("No tree pays for neural") for line in demo.verdicts([chain]))
 
 
-def test_a_tree_row_is_predicted_by_theorem_3_8_for_trees_and_shown_as_a_tree():
+def test_a_tree_row_is_checked_by_theorem_3_8_for_trees_and_shown_as_a_tree():
     stats = types.SimpleNamespace(ms_per_token=8.0, alpha_hat=0.4, tokens_per_target_call=1.6, target_ms_per_call=20.0,
                                   draft_ms_per_call=0.5, n_examined=10, calls_by_drafted=[0, 0, 0, 0, 5])
     r = demo.Run("SpS", "neural", 4, 0.8, 0.95, [1, 2], stats, verify="rrs", tree="3+1",
                     drawing="without_replacement", profile=[0.35, 0.12, 0.07])
-    demo.fill_prediction(r, base())
-    assert r.predicted == pytest.approx(speedup.tree_walltime_improvement(Tree.parse("3+1").parents, [0.35, 0.12, 0.07],
+    demo.fill_model_check(r, base())
+    assert r.model_check == pytest.approx(speedup.tree_walltime_improvement(Tree.parse("3+1").parents, [0.35, 0.12, 0.07],
                                                                           0.05, 2.0))
     assert "     3+1 rrs " in demo.table([r]).splitlines()[2]
     assert "tree 3+1 (4 nodes), rrs verification" in demo.verdicts([r])[0]

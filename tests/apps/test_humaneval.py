@@ -17,8 +17,9 @@ from specref.apps.humaneval import runner  # run_methods makes its drafts with r
 from specref.apps.humaneval.choices import GREEDY, NUCLEUS
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, check_completion,
                                              load_problems, parse_problems, program_text, truncate_at_stop)
-from specref.apps.humaneval.report import (REQUIRED_ROW_FIELDS, add_bench_prediction, difference_interval, parity,
-                                           wilson_interval)
+from specref.apps.humaneval import report as he_report
+from specref.apps.humaneval.report import (REQUIRED_ROW_FIELDS, add_bench_model_check, difference_interval, parity,
+                                           summarize, wilson_interval)
 from specref.apps.humaneval.runner import (NGRAM_ORDER, PROMPT_LOOKUP_N, Benchmark, Method, aggregate, generate,
                                            method_rng, settings_key)
 from specref.smollm2 import weights
@@ -206,7 +207,7 @@ def test_run_resumes_from_its_jsonl(tmp_path, code_model):
     assert 0 < redone <= 12 + 1  # one generation of at most 12 tokens (plus the prompt call of SpS)
     second = json.loads(out.read_text())
     strip = lambda rows: [{k: v for k, v in r.items() if k not in ("ms_per_token", "speedup", "ms_per_loop",
-                                                                   "predicted_speedup", "c", "score_cost")}
+                                                                   "model_check_speedup", "c", "score_cost")}
                           for r in rows]
     assert strip(second["rows"]) == strip(first["rows"])  # the same seed regenerates the same sample
 
@@ -331,33 +332,34 @@ def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
         assert set(REQUIRED_ROW_FIELDS) <= set(r)
         assert math.isfinite(r["ms_per_token"]) and r["speedup"] > 0
         if r["method"] == "SpS":
-            assert 0 <= r["alpha"] <= 1 and math.isfinite(r["predicted_speedup"])
-            assert math.isfinite(r["predicted_speedup_bench"])
+            assert 0 <= r["alpha"] <= 1 and math.isfinite(r["model_check_speedup"])
+            assert math.isfinite(r["model_check_speedup_bench"])
+            assert r["predicted_speedup"] is None and r["predicted_note"] == he_report.NO_PILOT  # --K 2: no pilot
     assert len(report["parity"]) == 2
     printed = capsys.readouterr().out
     assert "[3/3] HumanEval/2" in printed and "running:" in printed and "| method |" in printed
 
 
-def test_bench_prediction_uses_the_measured_scoring_cost():
+def test_bench_model_check_uses_the_measured_scoring_cost():
     rows = [{"draft": None, "K": 0, "alpha": None, "c": None, "calls_by_drafted": [7]},
             {"draft": "prompt-lookup", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [0, 0, 0, 0, 7]},
             {"draft": "prompt-lookup", "K": 9, "alpha": 0.5, "c": 0.01,   # K the bench did not measure
              "calls_by_drafted": [0] * 9 + [7]},
             {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 0, 0, 1]},
             {"draft": "prompt-lookup-adaptive", "K": 4, "alpha": 0.5, "c": 0.01, "calls_by_drafted": [3, 0, 1, 0, 1]}]
-    add_bench_prediction(rows, {"score_ratio": {4: 2.0}})
+    add_bench_model_check(rows, {"score_ratio": {4: 2.0}})
     # Leviathan Eq. 1: (1 - 0.5^5) / (1 - 0.5) = 1.9375 tokens per loop, for 4 * 0.01 + 2.0 decode steps
-    assert rows[1]["predicted_speedup_bench"] == pytest.approx(1.9375 / 2.04)
-    assert rows[0]["predicted_speedup_bench"] == 1.0 and rows[2]["predicted_speedup_bench"] is None
+    assert rows[1]["model_check_speedup_bench"] == pytest.approx(1.9375 / 2.04)
+    assert rows[0]["model_check_speedup_bench"] == 1.0 and rows[2]["model_check_speedup_bench"] is None
     # calls that drafted nothing cost a decode step and yield one token; a length the bench did not measure: none
-    assert rows[3]["predicted_speedup_bench"] == pytest.approx((0.75 + 0.25 * 1.9375) / (0.75 + 0.25 * 2.04))
-    assert rows[4]["predicted_speedup_bench"] is None
+    assert rows[3]["model_check_speedup_bench"] == pytest.approx((0.75 + 0.25 * 1.9375) / (0.75 + 0.25 * 2.04))
+    assert rows[4]["model_check_speedup_bench"] is None
 
 
-def test_bench_prediction_treats_a_scoring_cost_below_one_as_one():
+def test_bench_model_check_treats_a_scoring_cost_below_one_as_one():
     rows = [{"draft": "neural", "K": 1, "alpha": 0.4, "c": 0.05, "calls_by_drafted": [0, 3]}]
-    add_bench_prediction(rows, {"score_ratio": {1: 0.94}})
-    assert rows[0]["predicted_speedup_bench"] == pytest.approx(float(speedup.walltime_improvement_measured(0.4, 1, 0.05, 1.0)))
+    add_bench_model_check(rows, {"score_ratio": {1: 0.94}})
+    assert rows[0]["model_check_speedup_bench"] == pytest.approx(float(speedup.walltime_improvement_measured(0.4, 1, 0.05, 1.0)))
 
 
 def test_records_stored_before_draft_lengths_were_counted_count_every_call_at_K():
@@ -412,3 +414,94 @@ def test_tree_and_K_forced_run_both_rows_and_keep_the_chains_keys(tmp_path, code
     code_model.calls = 0
     assert he.run(parse(argv), model=code_model) == 0          # K = 4 without costs: the chain rows are stored already
     assert code_model.calls == 0
+
+
+# ---- predicted before the run, and the model check ----------------------------------------------
+
+CHOSEN = {("prompt-lookup", 0.0, None): {"K": 4, "tree": "3+1", "why_K": "", "why_tree": "",
+                                         "predicted_K": 2.5, "predicted_tree": 1.7}}
+
+
+def stored_run(accepted: int, K: int, tree: str | None = None) -> dict:
+    """One problem's stored record: 10 target calls of 12 ms (ArS: 10 ms), `accepted` of 20 examined drafts kept."""
+    if K == 0:
+        stats = RunStats(tokens=10, loops=10, calls_by_drafted=[10], seconds=0.1, target_seconds=0.1)
+        return {**stats.counts(), "status": "passed"}
+    stats = RunStats(tokens=10 + accepted, loops=10, draft_calls=10 * K, n_drafted=10 * K, n_accepted=accepted,
+                     n_examined=20, calls_by_drafted=[0] * K + [10], seconds=0.13, target_seconds=0.12,
+                     draft_seconds=0.005)
+    profile = {"profile_calls": 10, "profile_sums": [accepted / 2, 1.0, 0.5]} if tree else {}
+    return {**stats.counts(), "status": "passed", **profile}
+
+
+def summarized(accepted: int, choices=CHOSEN):
+    methods = [Method(None, 0, *GREEDY), Method("prompt-lookup", 4, *GREEDY),
+               Method("prompt-lookup", 4, *GREEDY, "3+1", "topk"), Method("prompt-lookup", 2, *GREEDY)]
+    keys = {m: f"k{i}" for i, m in enumerate(methods)}
+    stored = {(keys[m], "t"): stored_run(accepted, m.K, m.tree) for m in methods}
+    return summarize(methods, stored, keys, ["t"], choices)
+
+
+def test_the_prediction_is_the_pilots_and_the_model_check_follows_the_run():
+    low, high = summarized(accepted=6), summarized(accepted=14)   # the run's alpha: 0.3, then 0.7
+    for rows in (low, high):
+        ars, chain, tree, given = rows
+        assert (ars["predicted_speedup"], chain["predicted_speedup"], tree["predicted_speedup"]) == (1.0, 2.5, 1.7)
+        assert chain["predicted_note"] == tree["predicted_note"] == ""
+        assert given["predicted_speedup"] is None and given["predicted_note"] == he_report.NO_PILOT  # K = 2: no pilot
+    # the model check is Theorem 3.8 with each run's own alpha, c = 0.125 ms / 10 ms and scoring cost 12 ms / 10 ms
+    for rows, alpha in ((low, 0.3), (high, 0.7)):
+        assert rows[1]["alpha"] == pytest.approx(alpha) and rows[1]["c"] == pytest.approx(0.0125)
+        assert rows[1]["model_check_speedup"] == pytest.approx(
+            float(speedup.improvement_with_lengths(alpha, [0] * 4 + [10], 0.0125, 1.2)))
+    assert low[1]["model_check_speedup"] < high[1]["model_check_speedup"]
+    assert low[2]["model_check_speedup"] < high[2]["model_check_speedup"]
+
+
+def test_without_choices_or_with_a_choice_stored_before_its_prediction_no_row_is_predicted():
+    rows = summarized(6, choices=None)                                # --K, --tree: nothing was chosen
+    assert [r["predicted_speedup"] for r in rows] == [1.0, None, None, None]
+    assert {r["predicted_note"] for r in rows[1:]} == {he_report.NO_PILOT}
+    old = {k: {f: v for f, v in c.items() if not f.startswith("predicted")} for k, c in CHOSEN.items()}
+    rows = summarized(6, choices={k: {**c, "predicted_K": None, "predicted_tree": None} for k, c in old.items()})
+    assert [r["predicted_speedup"] for r in rows] == [1.0, None, None, None]
+    assert [r["predicted_note"] for r in rows[1:]] == [he_report.OLD_CHOICE] * 2 + [he_report.NO_PILOT]
+
+
+def test_the_table_labels_the_prediction_and_the_model_check():
+    text = he_report.format_table(summarized(6))
+    head = [c.strip() for c in text.splitlines()[0].split("|")]
+    assert head[9:13] == ["speedup", "predicted", "model check", "model check (bench costs)"]
+    cells = [[c.strip() for c in line.split("|")] for line in text.splitlines()[2:6]]
+    assert [c[10] for c in cells] == ["1.00x", "2.50x", "1.70x", "none"]
+    assert "predicted: made before the run" in text and "not a prediction" in text
+    assert f"none: {he_report.NO_PILOT}." in text
+
+
+def test_a_run_stores_the_predictions_and_a_resumed_old_file_says_it_has_none(tmp_path, code_model, monkeypatch,
+                                                                               capsys):
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
+    out = tmp_path / "he.json"
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]
+    assert he.run(parse(argv), model=code_model) == 0
+    report = json.loads(out.read_text())
+    assert report["format"] == he_report.REPORT_FORMAT == 2
+    for c in report["choices"]:
+        chain = next(r for r in report["rows"] if r["draft"] and r["temperature"] == c["temperature"]
+                     and not r.get("tree"))
+        assert chain["predicted_speedup"] == c["predicted_K"] and f"predicts {c['predicted_K']:.2f}x" in c["why_K"]
+        assert math.isfinite(chain["model_check_speedup"])
+    assert "NOTE:" not in capsys.readouterr().out
+    # the same results file as an older version wrote it: its choices without their predictions
+    path = tmp_path / "he.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    path.write_text("".join(json.dumps({k: v for k, v in r.items() if k not in ("predicted_K", "predicted_tree")})
+                            + "\n" for r in records))
+    code_model.calls = 0
+    assert he.run(parse(argv), model=code_model) == 0
+    assert code_model.calls == 0                                      # resumed: the stored choices and rows
+    rows = json.loads(out.read_text())["rows"]
+    assert all(r["predicted_speedup"] is None and r["predicted_note"] == he_report.OLD_CHOICE
+               for r in rows if r["draft"])
+    printed = capsys.readouterr().out
+    assert f"NOTE: {he_report.OLD_CHOICE}" in printed and f"none: {he_report.OLD_CHOICE}." in printed

@@ -23,28 +23,38 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   _block: both verifiers' expected tokens per target call, computed exactly for each call's
   drafts and rows (`specref.proof.stats.ExpectedTokens`, not timed) and averaged over the
   calls, beside the measured tokens_per_target_call of the verifier that ran.
-- predicted_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
-  (`specref.speedup.walltime_improvement_measured`), from this row's alpha, c = time of one
+- predicted_speedup: the speedup predicted BEFORE the run, by the pilot that chose this row's K or
+  tree (below): Theorem 3.8 with the pilot's alpha (a tree: its chances by rank) and c, and the
+  scoring costs measured at the start of the run (`demo.KChoice.predicted`,
+  `demo.TreeChoice.predicted`).  ArS: 1.  None where no pilot chose the row (--K, --tree, or
+  --no-bench-costs), or where the choice was stored by an older results file that did not store
+  its prediction; predicted_note says which, and the table prints "none".
+- model_check_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
+  (`specref.speedup.walltime_improvement_measured`), from this row's OWN alpha, c = time of one
   draft call / time of one ArS target call, and score_cost = time of one SpS target call
   (K + 1 rows) / time of one ArS target call, all timed in the same run (warps included);
-  a score_cost below 1 is timing noise (score_noise) and the prediction uses 1.
-  predicted_speedup_bench: the same with score_cost from `specref.apps.costs.measure_costs`
+  a score_cost below 1 is timing noise (score_noise) and the check uses 1.  It takes its inputs
+  from the outcome it is compared with: a check of the model's algebra, not a prediction.
+  model_check_speedup_bench: the same with score_cost from `specref.apps.costs.measure_costs`
   (the bare forward pass scoring K + 1 tokens after a cached prefix, no warps), measured
-  at the start of the run; skipped with --no-bench-costs.
+  at the start of the run, and the row's own alpha and c; skipped with --no-bench-costs.
+- The report has "format": 2.  A report without "format" (written before it) is format 1: there,
+  predicted_speedup and predicted_speedup_bench are the two model checks above, not predictions.
 
 K and the tree per draft.  Without --K and --tree, each draft gets, per setting, the K that
 Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
 `specref.trees.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K`,
 `demo.choose_tree`): from the scoring costs measured at the start of the run and short pilot runs on
 the first problem (the chain's alpha and c; the tree's chances by rank at each depth).  The choices
-are stored in the results file, so a resumed run keeps them.  --K forces a chain of K for every
+are stored in the results file with the speedups they predict, so a resumed run keeps both; a choice
+stored by an older results file has no prediction, and the run says so.  --K forces a chain of K for every
 draft, --tree a tree for every draft (`demo.tree_drawing` says how its children are drawn); with
 either, nothing is chosen.  With --no-bench-costs there are no costs to choose with: K = 4, no tree.
 A tree row reports its shape (tree), how its children were drawn (verify: topk, mss or rrs),
 tree_profile (the chance that the walk goes on to each child of a node, by rank, exactly over the
 verifier's uniforms, averaged over the nodes reached at each depth: one list per depth, the root's
-first; `demo.TreeProfile`), and a predicted speedup from Theorem 3.8 for trees
-(`speedup.tree_walltime_improvement`) with that profile and the row's measured costs.
+first; `demo.TreeProfile`), its prediction before the run (the tree pilot's), and the model check of
+Theorem 3.8 for trees (`speedup.tree_walltime_improvement`) with that profile and the row's measured costs.
 
 The model sees the raw HumanEval prompt (code: imports, signature, docstring), not a chat
 message, followed by three spaces: the first line of the body, whose fourth indentation space
@@ -78,8 +88,8 @@ from specref.apps import options, sandbox
 from specref.apps.costs import measure_costs
 from specref.apps.humaneval.choices import choose, methods_for, sweep_methods
 from specref.apps.humaneval.problems import STOP_SEQUENCES, load_problems
-from specref.apps.humaneval.report import (add_bench_prediction, format_sweep, format_table, parity, summarize,
-                                           sweep_rows)
+from specref.apps.humaneval.report import (REPORT_FORMAT, OLD_CHOICE, add_bench_model_check, format_sweep,
+                                           format_table, parity, summarize, sweep_rows)
 from specref.apps.humaneval.runner import PROMPT_LOOKUP_N, Benchmark, lookup_n
 from specref.apps.named_drafts import LOOKUP_DRAFTS
 from specref.files import write_text
@@ -121,7 +131,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="seconds allowed to run one problem's tests, > 0 (default 10)")
     parser.add_argument("--no-bench-costs", action="store_true",
                         help="skip measuring the model's scoring cost per K before the run "
-                             "(then rows have no predicted_speedup_bench)")
+                             "(then rows have no model_check_speedup_bench, and nothing is chosen or predicted "
+                             "before the run)")
     parser.add_argument("--cache-dir", type=options.directory, default=None,
                         help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
 
@@ -149,7 +160,7 @@ def run(args, model=None) -> int:
     print(describe_kernels(kernels))
     print(f"HumanEval: {len(problems)} problems, sandbox isolation '{sandbox.isolation()}', "
           f"seed {args.seed}, max {args.max_new_tokens} new tokens" + (f", results {bench.results_path}" if bench.results_path else ""))
-    report: dict = {"settings": {"limit": args.limit, "K": args.K, "tree": getattr(args, "tree", None),
+    report: dict = {"format": REPORT_FORMAT, "settings": {"limit": args.limit, "K": args.K, "tree": getattr(args, "tree", None),
                                  "drafts": drafts, "seed": args.seed,
                                  "lookup_n": lookup_n(args),
                                  "verify": getattr(args, "verify", "token"),
@@ -167,11 +178,11 @@ def run(args, model=None) -> int:
         methods = sweep_methods(drafts, Ks)
         keys = bench.run_methods("sweep", methods, execute=False, stop=False)
         rows = sweep_rows(methods, bench.stored, keys, task_ids, args.max_new_tokens)
-        add_bench_prediction(rows, costs)
+        add_bench_model_check(rows, costs)
         report["k_sweep"] = rows
         print(format_sweep(rows, args.max_new_tokens))
     else:
-        K, tree = args.K, getattr(args, "tree", None)
+        K, tree, choices = args.K, getattr(args, "tree", None), None
         if K is None and tree is None:
             if costs is None:
                 print("K = 4 for every draft (Chen Table 1): --no-bench-costs leaves no measured costs to choose K "
@@ -184,19 +195,23 @@ def run(args, model=None) -> int:
                 tree = lambda d, T, p: choices[(d, T, p)]["tree"]               # noqa: E731
         methods = methods_for(drafts, K, tree)
         keys = bench.run_methods("table", methods, execute=True, stop=True)
-        rows = summarize(methods, bench.stored, keys, task_ids)
-        add_bench_prediction(rows, costs)
+        rows = summarize(methods, bench.stored, keys, task_ids, choices)
+        add_bench_model_check(rows, costs)
         report["rows"] = rows
         report["parity"] = parity(rows)
         print(format_table(rows))
         for p in report["parity"]:
             print(p["statement"])
         if report.get("choices"):
-            print("K and tree per draft: Theorem 3.8 (for trees too) with this run's scoring costs, from pilots on "
+            print("K and tree per draft, and the speedups they predict before the run (the 'predicted' column): "
+                  "Theorem 3.8 (for trees too) with this run's scoring costs, from pilots on "
                   f"{problems[0].task_id} (--K, --tree force them):")
             for c in report["choices"]:
                 setting = "greedy" if c["temperature"] == 0 else f"T {c['temperature']:g}, top-p {c['top_p']:g}"
                 print(f"  {c['draft']}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
+            if any(c["predicted_K"] is None for c in report["choices"]):
+                print(f"NOTE: {OLD_CHOICE} (resumed from an older results file): those rows show none; "
+                      "rerun with a new --json to have them predicted")
     if args.json:
         path = pathlib.Path(args.json)
         write_text(path, json.dumps(report, indent=2) + "\n")

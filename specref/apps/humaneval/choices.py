@@ -18,6 +18,7 @@ from specref.apps.named_drafts import by_name
 from specref.trees import Tree
 from specref.smollm2.draft import shipped_draft
 
+PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
 GREEDY = (0.0, None)
 
@@ -48,11 +49,14 @@ def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
 
 
 def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict]:
-    """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree"}: K and a tree (None where none pays)
-    per draft and setting, chosen as the demo chooses them (`demo.choose_K`, `demo.choose_tree`) from pilot
-    runs of demo.PILOT_TOKENS on the first problem (seed + 1; ArS, the chain, the tree demo.TREE_PILOT) and
-    the run's measured scoring costs.  Each choice is stored in the results file and reused on resume (the costs
-    measured again on resume do not change it: its rows are stored under the K and tree it chose)."""
+    """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree", "predicted_K", "predicted_tree"}: K and a
+    tree (None where none pays) per draft and setting, chosen as the demo chooses them (`demo.choose_K`,
+    `demo.choose_tree`) from pilot runs of demo.PILOT_TOKENS on the first problem (seed + 1; ArS, the chain, the
+    tree demo.TREE_PILOT) and the run's measured scoring costs, with the speedups those choices predict before the
+    run (`KChoice.predicted`, `TreeChoice.predicted`: the rows' "predicted_speedup").  Each choice is stored in the
+    results file and reused on resume (the costs measured again on resume do not change it: its rows are stored
+    under the K and tree it chose).  A choice stored before its predictions were (an older results file) has
+    predicted_K and predicted_tree None: its rows then have no a-priori prediction, and say why."""
     scoring = [speedup.plausible_score_cost(costs["score_ratio"][K])[0] for K in sorted(costs["score_ratio"])]
     problem = bench.problems[0]
     prompt, out = bench.prompt_ids[problem.task_id], {}
@@ -77,9 +81,11 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                 k = demo.choose_K(chain, base, scoring)
                 t = demo.choose_tree(tree, base, scoring, k)
                 bench.record({"key": key, "task_id": "choice", "K": k.K, "why_K": k.why(),
-                              "tree": t.tree if t.pays else None, "why_tree": t.why()})
+                              "tree": t.tree if t.pays else None, "why_tree": t.why(),
+                              "predicted_K": k.predicted, "predicted_tree": t.predicted})
             c = bench.stored[(key, "choice")]
-            out[(d, temperature, top_p)] = {k: c[k] for k in ("K", "tree", "why_K", "why_tree")}
+            out[(d, temperature, top_p)] = {**{k: c[k] for k in ("K", "tree", "why_K", "why_tree")},
+                                            **{k: c.get(k) for k in PREDICTIONS}}
             setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
             bench.log(f"{d}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
     return out

@@ -1,6 +1,7 @@
 """The report: one row per method from the stored per-problem results (pass@1 with its Wilson
-interval, ms/token, speedup, alpha, the predictions of Theorem 3.8), ArS vs SpS parity, Chen
-Figure 1's sweep rows, and the Markdown tables printed at the end of a run."""
+interval, ms/token, speedup, alpha, the speedup predicted before the run and Theorem 3.8's model check
+from the run's own alpha and costs), ArS vs SpS parity, Chen Figure 1's sweep rows, and the Markdown
+tables printed at the end of a run."""
 
 from __future__ import annotations
 
@@ -18,7 +19,19 @@ Z95 = 1.959963984540054  # two-sided 95% normal quantile
 # Fields every row of the --json report has (the README's results table is built from them).
 REQUIRED_ROW_FIELDS = ("method", "draft", "K", "temperature", "top_p", "pass_at_1", "pass_at_1_ci95",
                        "ms_per_token", "speedup", "alpha", "tokens_per_target_call", "predicted_speedup",
-                       "n_problems")
+                       "predicted_note", "model_check_speedup", "n_problems")
+
+# The --json report's format.  1 (reports without a "format" field, written before it existed): a row's
+# predicted_speedup was Theorem 3.8 with the run's own alpha and costs, and predicted_speedup_bench the same with
+# the bench's scoring costs.  2: predicted_speedup is the prediction made before the run (None where there is
+# none, predicted_note says why), and those two figures are model_check_speedup and model_check_speedup_bench.
+REPORT_FORMAT = 2
+
+# Why a row has no a-priori prediction (its predicted_note).
+NO_PILOT = ("no a-priori prediction: K or the tree was given (--K, --tree, or K = 4 with --no-bench-costs), "
+            "so no pilot measured this draft before the run")
+OLD_CHOICE = ("no a-priori prediction: K and the tree were chosen by a results file written before their "
+              "predictions were stored")
 
 
 # ---- statistics ---------------------------------------------------------------------------
@@ -48,8 +61,26 @@ def difference_interval(s1: int, n1: int, s2: int, n2: int, z: float = Z95) -> t
 
 # ---- rows ---------------------------------------------------------------------------------
 
-def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str]) -> list[dict]:
-    """One row per method, as described in the package docstring."""
+def apriori(m: Method, choices: dict | None) -> tuple[float | None, str]:
+    """(the speedup predicted for method `m` before the run, or None; why there is none, else "").
+
+    ArS is the baseline: 1.  An SpS row's prediction is that of the choice that made it (`choices.choose`: the
+    pilot's alpha or chances and c, with the scoring costs measured before the run): the chain's for the K it
+    chose, the tree's for the tree it chose.  A row that no pilot chose (--K, --tree) has none (NO_PILOT), and so
+    has a row whose choice was stored before its predictions were (OLD_CHOICE)."""
+    if m.draft is None:
+        return 1.0, ""
+    c = (choices or {}).get((m.draft, m.temperature, m.top_p))
+    if c is None or (m.tree is None and m.K != c["K"]) or (m.tree is not None and m.tree != c["tree"]):
+        return None, NO_PILOT
+    value = c.get("predicted_tree" if m.tree is not None else "predicted_K")
+    return (None, OLD_CHOICE) if value is None else (float(value), "")
+
+
+def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task_ids: list[str],
+              choices: dict | None = None) -> list[dict]:
+    """One row per method, as described in the package docstring; `choices` (`choices.choose`, None: nothing was
+    chosen) give the rows their predictions made before the run (`apriori`)."""
     totals = {m: aggregate([stored[(keys[m], t)] for t in task_ids if (keys[m], t) in stored], m.K) for m in methods}
     rows = []
     for m in methods:
@@ -61,15 +92,16 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
         score_cost = t.target_ms_per_call / ars_call
         records = [stored[(keys[m], tid)] for tid in task_ids if (keys[m], tid) in stored]
         profile = tree_profile(records)
-        predicted = 1.0
+        check = 1.0  # the model check: Theorem 3.8 with this row's own alpha and costs, not a prediction
         if m.tree is not None:  # Theorem 3.8 for trees, with the run's chances by rank at each depth
-            predicted = (speedup.tree_walltime_improvement(m.shape.parents, profile or [0.0], c,
-                                                           speedup.plausible_score_cost(score_cost)[0])
-                         if all(math.isfinite(v) for v in (c, score_cost)) else float("nan"))
+            check = (speedup.tree_walltime_improvement(m.shape.parents, profile or [0.0], c,
+                                                       speedup.plausible_score_cost(score_cost)[0])
+                     if all(math.isfinite(v) for v in (c, score_cost)) else float("nan"))
         elif m.draft is not None:
-            predicted = (float(speedup.improvement_with_lengths(min(alpha, 1.0), t.calls_by_drafted, c,
-                                                                speedup.plausible_score_cost(score_cost)[0]))
-                         if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
+            check = (float(speedup.improvement_with_lengths(min(alpha, 1.0), t.calls_by_drafted, c,
+                                                            speedup.plausible_score_cost(score_cost)[0]))
+                     if all(math.isfinite(v) for v in (alpha, c, score_cost)) else float("nan"))
+        predicted, note = apriori(m, choices)
         low, high = wilson_interval(passed, n_problems)
         calls = sum(r.get("expected_calls", 0) for r in records)
         rows.append({
@@ -85,7 +117,8 @@ def summarize(methods: list[Method], stored: dict, keys: dict[Method, str], task
             if calls else None,
             "expected_tokens_per_call_block": sum(r.get("expected_block", 0.0) for r in records) / calls
             if calls else None,
-            "predicted_speedup": predicted, "c": c if m.draft else None,
+            "predicted_speedup": predicted, "predicted_note": note, "model_check_speedup": check,
+            "c": c if m.draft else None,
             "score_cost": score_cost if m.draft else None,
             "score_noise": speedup.plausible_score_cost(score_cost)[1]
             if m.draft and math.isfinite(score_cost) else None, "tokens": t.tokens,
@@ -113,9 +146,11 @@ def tree_profile(records: list[dict]) -> list[list[float]]:
     return demo.profile_table(calls, sums, deeper)
 
 
-def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
-    """Add predicted_speedup_bench to each SpS row whose every draft length the bench measured (see the package docstring);
-    a tree row's with the bench's cost of scoring its N nodes (a tree of N if measured, else a chain of N + 1)."""
+def add_bench_model_check(rows: list[dict], costs: dict | None) -> None:
+    """Add model_check_speedup_bench to each SpS row whose every draft length the bench measured (see the package
+    docstring): the model check with the bench's scoring costs, measured before the run, and the row's own alpha and c
+    (so it is not a prediction either); a tree row's with the bench's cost of scoring its N nodes (a tree of N if
+    measured, else a chain of N + 1)."""
     if costs is None:
         return
     for row in rows:
@@ -123,7 +158,7 @@ def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
             ratio = costs.get("tree_score_ratio", {}).get(row["K"], costs["score_ratio"].get(row["K"]))
             c = row.get("c")
             ok = ratio is not None and c is not None and math.isfinite(c)
-            row["predicted_speedup_bench"] = speedup.tree_walltime_improvement(
+            row["model_check_speedup_bench"] = speedup.tree_walltime_improvement(
                 Tree.parse(row["tree"]).parents, row.get("tree_profile") or [0.0], c,
                 speedup.plausible_score_cost(ratio)[0]) if ok else None
             continue
@@ -132,9 +167,9 @@ def add_bench_prediction(rows: list[dict], costs: dict | None) -> None:
         c = row.get("c")
         if row["draft"] is None or not drafted or any(r is None for r, n in zip(ratios, drafted) if n) or c is None \
                 or not all(math.isfinite(v) for v in (row["alpha"], c)):
-            row["predicted_speedup_bench"] = 1.0 if row["draft"] is None else None
+            row["model_check_speedup_bench"] = 1.0 if row["draft"] is None else None
             continue
-        row["predicted_speedup_bench"] = speedup.improvement_with_lengths(
+        row["model_check_speedup_bench"] = speedup.improvement_with_lengths(
             min(row["alpha"], 1 - 1e-12), drafted, c,
             [speedup.plausible_score_cost(r)[0] if r is not None else 1.0 for r in ratios])  # a bin without calls: any
 
@@ -175,7 +210,7 @@ def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], tas
             f"ms_per_{new_tokens}_tokens": row["ms_per_token"] * new_tokens,
             "tokens_per_loop_over_K_plus_1": row["tokens_per_target_call"] / (m.K + 1),
             "ms_per_loop": row["ms_per_loop"], "speedup": row["speedup"], "alpha": row["alpha"],
-            "predicted_speedup": row["predicted_speedup"], "c": row["c"], "score_cost": row["score_cost"],
+            "model_check_speedup": row["model_check_speedup"], "c": row["c"], "score_cost": row["score_cost"],
             "verify": row["verify"], "tokens_per_target_call": row["tokens_per_target_call"],
             "expected_tokens_per_call_token": row["expected_tokens_per_call_token"],
             "expected_tokens_per_call_block": row["expected_tokens_per_call_block"],
@@ -184,10 +219,10 @@ def sweep_rows(methods: list[Method], stored: dict, keys: dict[Method, str], tas
 
 
 def format_table(rows: list[dict]) -> str:
-    """The rows as a Markdown table."""
+    """The rows as a Markdown table, and under it what its two Theorem 3.8 columns are."""
     lines = ["| method | draft | verify | K | tree | decoding | pass@1 [95% CI] | ms/token | speedup | predicted "
-             "| predicted (bench) | alpha | tokens/target call | expected: token | expected: block |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| model check | model check (bench costs) | alpha | tokens/target call | expected: token | expected: block |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         decoding = "greedy" if r["temperature"] == 0 else f"T={r['temperature']:g}, top-p={r['top_p']:g}"
         low, high = r["pass_at_1_ci95"]
@@ -195,11 +230,18 @@ def format_table(rows: list[dict]) -> str:
         lines.append(
             f"| {r['method']} | {r['draft'] or '-'} | {r.get('verify') or '-'} | {r['K']} | {r.get('tree') or '-'} | {decoding} | "
             f"{r['pass_at_1']:.1%} [{low:.1%}, {high:.1%}] ({r['passed']}/{r['n_problems']}) | "
-            f"{r['ms_per_token']:.1f} | {r['speedup']:.2f}x | {r['predicted_speedup']:.2f}x | "
-            f"{_times(r.get('predicted_speedup_bench'))} | {alpha} | "
+            f"{r['ms_per_token']:.1f} | {r['speedup']:.2f}x | "
+            f"{'none' if r['predicted_speedup'] is None else _times(r['predicted_speedup'])} | "
+            f"{r['model_check_speedup']:.2f}x | {_times(r.get('model_check_speedup_bench'))} | {alpha} | "
             f"{r['tokens_per_target_call']:.2f} | {_number(r.get('expected_tokens_per_call_token'))} | "
             f"{_number(r.get('expected_tokens_per_call_block'))} |")
-    return "\n".join(lines)
+    notes = ["", "predicted: made before the run, from the pilot's alpha (a tree: its chances by rank) and c and the "
+                 "scoring costs measured before it (the choices below).",
+             "model check (run's alpha, run's costs): Theorem 3.8 with the row's own alpha, c and scoring cost; with "
+             "bench costs: the same with the scoring costs measured at the start. They check the model's algebra, "
+             "not a prediction."]
+    notes += sorted({f"none: {r['predicted_note']}." for r in rows if r["predicted_speedup"] is None})
+    return "\n".join(lines + notes)
 
 
 def _times(value) -> str:
@@ -211,11 +253,16 @@ def _number(value) -> str:
 
 
 def format_sweep(rows: list[dict], new_tokens: int) -> str:
-    lines = [f"| draft | K | ms per {new_tokens} tokens | tokens per loop / (K+1) | ms per loop | speedup | predicted | alpha |",
+    """The sweep's rows as a Markdown table; K is given per row, so no row has an a-priori prediction."""
+    lines = [f"| draft | K | ms per {new_tokens} tokens | tokens per loop / (K+1) | ms per loop | speedup | model check "
+             "| alpha |",
              "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         alpha = "" if r["alpha"] is None else f"{r['alpha']:.2f}"
         lines.append(f"| {r['draft'] or 'ArS'} | {r['K']} | {r[f'ms_per_{new_tokens}_tokens']:.0f} | "
                      f"{r['tokens_per_loop_over_K_plus_1']:.2f} | {r['ms_per_loop']:.1f} | {r['speedup']:.2f}x | "
-                     f"{r['predicted_speedup']:.2f}x | {alpha} |")
+                     f"{r['model_check_speedup']:.2f}x | {alpha} |")
+    lines += ["", "model check (run's alpha, run's costs): Theorem 3.8 with the row's own alpha, c and scoring cost, "
+                  "a check of the model's algebra, not a prediction (K is given per row: no pilot, no a-priori "
+                  "prediction)."]
     return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""The demo's "predicted" column is made before the run, from the pilot and the costs measured before it; Theorem 3.8
+with the run's own alpha and costs is a separate column, the model check.  `run_workloads` is driven by a fake
+`generate` whose pilots and runs report chosen statistics, so the run's alpha can differ from the pilot's."""
+
+import types
+
+import pytest
+
+from specref import speedup
+from specref.apps import demo
+from specref.trees import Tree
+
+COSTS = [1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5]  # scoring K + 1 tokens, in decode steps, measured before the run
+PILOT_ALPHA, PILOT_DRAFT_MS, DECODE_MS = 0.8, 0.2, 10.0
+TREE_PILOT_PROFILE = [[0.9, 0.05, 0.0, 0.0]]  # a tree that pays, so that a tree row runs
+
+
+def stats(alpha, K, draft_ms=0.3, call_ms=12.0, ms_per_token=5.0):
+    return types.SimpleNamespace(ms_per_token=ms_per_token, alpha_hat=alpha, tokens_per_target_call=2.0,
+                                 target_ms_per_call=call_ms, draft_ms_per_call=draft_ms, n_examined=20,
+                                 calls_by_drafted=[0] * K + [5])
+
+
+def fake_generate(run_alpha, run_profile):
+    """`demo.generate` on a fake clock: pilots (seed + 1) report the pilot's alpha, profile and draft cost; the timed
+    runs report `run_alpha` and `run_profile`."""
+    def generate(model, prompt_ids, method, draft_name, K, temperature, top_p, max_new_tokens, seed, eos=None,
+                 on_step=None, verify="token", lookup_n=None, tree=None):
+        pilot = seed == 1 and max_new_tokens == demo.PILOT_TOKENS
+        if method == "ArS":
+            return demo.Run("ArS", "-", 0, temperature, top_p, [1] * 4,
+                            stats(float("nan"), 0, draft_ms=0.0, call_ms=DECODE_MS, ms_per_token=DECODE_MS), verify="-")
+        if tree is not None:
+            s = stats(run_alpha, 0, draft_ms=PILOT_DRAFT_MS if pilot else 0.3)
+            return demo.Run("SpS", draft_name, tree.size, temperature, top_p, [1] * 4, s, verify="topk",
+                            tree=tree.name, drawing=tree.drawing,
+                            profile=TREE_PILOT_PROFILE if pilot else run_profile)
+        return demo.Run("SpS", draft_name, K, temperature, top_p, [1] * 4,
+                        stats(PILOT_ALPHA if pilot else run_alpha, K, draft_ms=PILOT_DRAFT_MS if pilot else 0.3),
+                        verify=verify)
+    return generate
+
+
+def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None):
+    monkeypatch.setattr(demo, "generate", fake_generate(run_alpha, run_profile))
+    return demo.run_workloads(None, [1, 2, 3], [(0.0, None)], ["prompt-lookup"], K, 8, 0, log=lambda *a: None,
+                              costs=COSTS, tree=tree)
+
+
+@pytest.mark.parametrize("run_alpha, run_profile", [(0.3, [[0.2, 0.1, 0.0, 0.0]]), (0.6, [[0.5, 0.2, 0.0, 0.0]])])
+def test_the_prediction_comes_from_the_pilot_and_the_model_check_from_the_run(monkeypatch, run_alpha, run_profile):
+    ars, chain, tree = workloads(monkeypatch, run_alpha, run_profile)
+    # before the run: the pilot's alpha 0.8 and c = 0.2 ms / 10 ms with the costs measured before it
+    K, before = speedup.best_gamma_measured(PILOT_ALPHA, PILOT_DRAFT_MS / DECODE_MS, COSTS)
+    assert chain.K == K and chain.apriori == pytest.approx(before)
+    assert f"K = {K} predicts {before:.2f}x" in chain.why_K
+    # the model check follows the run: its alpha, c = 0.3 ms / 10 ms and its call of 12 ms against 10 ms
+    check = speedup.improvement_with_lengths(run_alpha, [0] * K + [5], 0.03, 1.2)
+    assert chain.model_check == pytest.approx(float(check)) and chain.model_check != pytest.approx(chain.apriori)
+    # the tree: chosen and predicted from the pilot's chances by rank, checked with the run's own
+    shape = Tree.parse(tree.tree)
+    assert tree.apriori == pytest.approx(speedup.tree_walltime_improvement(
+        shape.parents, TREE_PILOT_PROFILE, PILOT_DRAFT_MS / DECODE_MS, COSTS[shape.size - 1]))
+    assert tree.model_check == pytest.approx(speedup.tree_walltime_improvement(shape.parents, run_profile, 0.03, 1.2))
+    assert ars.apriori == 1.0 and ars.model_check == 1.0
+    assert chain.predicted == chain.model_check  # the old name, kept for notebooks 05 and 06, is the model check
+
+
+def test_the_prediction_does_not_move_when_only_the_run_changes(monkeypatch):
+    low = workloads(monkeypatch, 0.3, [[0.2, 0.1, 0.0, 0.0]])
+    high = workloads(monkeypatch, 0.6, [[0.5, 0.2, 0.0, 0.0]])
+    for a, b in zip(low[1:], high[1:]):
+        assert a.apriori == b.apriori and a.model_check < b.model_check
+
+
+def test_the_table_labels_both_columns_and_says_what_the_model_check_is(monkeypatch):
+    ars, chain, tree = workloads(monkeypatch, 0.3, [[0.2, 0.1, 0.0, 0.0]])
+    lines = demo.table([ars, chain, tree]).splitlines()
+    assert lines[0].split()[-3:] == ["predicted", "model", "check"]
+    assert lines[3].split()[-2:] == [f"{chain.apriori:.2f}x", f"{chain.model_check:.2f}x"]
+    assert lines[4].split()[-2:] == [f"{tree.apriori:.2f}x", f"{tree.model_check:.2f}x"]
+    text = "\n".join(lines)
+    assert "predicted: made before the run" in text
+    assert "model check (run's alpha, run's costs)" in text and "not a prediction" in text
+    assert "no a-priori prediction" not in text  # every row here has one
+    verdict = demo.verdicts([ars, chain, tree])[0]
+    assert f"predicted {chain.apriori:.2f}x before the run" in verdict
+
+
+@pytest.mark.parametrize("K, tree", [(3, None), (None, "3+1")])
+def test_a_run_with_K_or_tree_given_has_no_prediction_and_says_so(monkeypatch, K, tree):
+    results = workloads(monkeypatch, 0.3, [[0.2, 0.1, 0.0, 0.0]], K=K, tree=tree)
+    given = results[-1]
+    assert given.apriori is None and given.model_check == given.model_check  # the model check is still there
+    row = demo.table(results).splitlines()[2 + len(results) - 1]
+    assert row.split()[-2:] == ["none", f"{given.model_check:.2f}x"]
+    assert "none: no a-priori prediction" in demo.table(results)
+    assert "no a-priori prediction" in demo.verdicts(results)[-1]
+    if tree is not None:  # the chain before it was chosen by a pilot and has its prediction
+        assert results[1].apriori == pytest.approx(
+            speedup.best_gamma_measured(PILOT_ALPHA, PILOT_DRAFT_MS / DECODE_MS, COSTS)[1])
