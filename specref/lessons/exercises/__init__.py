@@ -26,7 +26,7 @@ Each check's module lists its checks in its docstring.  `check_verify` grades to
 grader chooses (an answer that draws its randomness any other way is "not graded exactly" and does not pass); the
 others answer with numbers, which are compared with exact fractions, `specref.speedup` or scipy (to a
 relative 1e-9) before anything statistical runs.  A function that still raises NotImplementedError (a starter
-stub) is told "not answered yet" by the two newest checks.  With a fixed seed a statistical check's verdict on a given answer never
+stub) is told "not answered yet" by every check, before any other.  With a fixed seed a statistical check's verdict on a given answer never
 changes, on any machine: a correct residual or Eq. 1 gets the solutions' p-values, and so does a verify that
 draws its uniforms as they do.
 
