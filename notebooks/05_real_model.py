@@ -155,6 +155,35 @@ print("eight greedy decode steps:", repr(model.tokenizer.decode(tokens)))
 # writes its own positions over them. In specref's loop nobody calls it by hand: every model call finds the longest
 # prefix its tokens share with the cache and rolls back past it (`SmolLM2.final_states`).
 #
+# ### Exercise: roll back the KV cache
+#
+# A loop that manages its cache itself has to do this by hand after every call. Write `roll_back(cache, drafts,
+# out)`: `cache` holds the context and the $K$ = `len(drafts)` drafts one target call has just scored; `out` is what
+# the verifier returned, the $n$ accepted drafts and then one more token (the correction after a rejection, or the
+# bonus token when all $K$ were kept). Change the cache in place so that it holds the context and the accepted
+# drafts, nothing more. Mind what `out`'s last token is, and whether it has a position in the cache yet. One line
+# grades it on this model: a context and $K$ = 0, 1, 3, 4 drafts scored, every $n$ from 0 to $K$, and what your
+# function leaves compared with the model's own rollback, bit for bit; a wrong answer is told what its cache holds.
+
+# %%
+from specref.lessons import exercises
+
+
+def roll_back(cache, drafts, out):  # your code here
+    raise NotImplementedError
+
+
+exercises.check_roll_back(roll_back, model)
+
+# %% [markdown]
+# The reference answer, graded by the same line:
+
+# %%
+from solutions.roll_back import roll_back as solution
+
+exercises.check_roll_back(solution, model)
+
+# %% [markdown]
 # Below, one greedy SpS loop written out: score the drafts in one call, accept while each draft is the target's
 # argmax, roll back the rest. Twice, with different wrong drafts after the same correct first one; then the
 # correction is decoded. The two caches are then bit for bit the same, and equal, up to float32 rounding, to a

@@ -7,6 +7,7 @@ machine (about 1 s when idle).  Nothing here asserts a time: a shared machine ca
 and the times that count are the ones the executed notebooks print beside each grade.
 """
 
+import copy
 import importlib.util
 import math
 import os
@@ -25,6 +26,7 @@ from specref import mrs
 from specref.proof import power, stats
 from specref.proof.bugs import broken
 from specref.lessons import exercises
+from tests.smollm2.test_tree_attention import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
@@ -46,9 +48,17 @@ def timed(check, f):
     return result
 
 
+TINY = tiny_model()  # 2 layers, V = 50: the rollback exercise's model here (notebook 05 hands it SmolLM2-135M)
+
+
+def check_roll_back(f):
+    return exercises.check_roll_back(f, TINY)
+
+
 CHECKS = {"verify": exercises.check_verify, "residual": exercises.check_residual,
           "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights,
-          "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square}
+          "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square,
+          "roll_back": check_roll_back}
 
 
 # ---------------------------------------------------------------- the answers pass
@@ -700,3 +710,66 @@ def chi_square_returning_dict(counts, law):
 def test_wrong_chi_squares_fail_with_their_diagnosis(f, words):
     result = timed(exercises.check_chi_square, f)
     assert not result and words in result.diagnosis, result
+
+
+# ---------------------------------------------------------------- notebook 05's exercise: roll back the KV cache
+
+@pytest.mark.parametrize("label, wrong", exercises.ROLL_BACK_MISTAKES, ids=range(len(exercises.ROLL_BACK_MISTAKES)))
+def test_roll_back_mistakes_are_named(label, wrong):
+    result = timed(check_roll_back, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def roll_back_minus_one(cache, drafts, out):  # the off-by-one of out's length, kept clear of rollback(-1)
+    cache.rollback(max(0, len(drafts) - len(out)))
+
+
+def roll_back_then_zero_the_keys(cache, drafts, out):  # the length right, the kept keys wiped
+    solution("roll_back")(cache, drafts, out)
+    for k in cache.k:
+        k[:] = 0
+
+
+def roll_back_a_copy(cache, drafts, out):  # leaves the cache it is handed as it was
+    kept = copy.deepcopy(cache)
+    solution("roll_back")(kept, drafts, out)
+    return kept
+
+
+def roll_back_and_trim(cache, drafts, out):  # cuts the arrays to the length, the capacity left as it was
+    solution("roll_back")(cache, drafts, out)
+    cache.h, cache.tokens = cache.h[:cache.length], cache.tokens[:cache.length]
+
+
+def roll_back_and_clear_the_rest(cache, drafts, out):  # right: what lies past the length may be anything
+    solution("roll_back")(cache, drafts, out)
+    for k, v in zip(cache.k, cache.v):
+        k[:, :, cache.length:], v[:, cache.length:] = 0, 0
+
+
+@pytest.mark.parametrize("f, words", [
+    (roll_back_minus_one, "length 9: the context, the 0 accepted drafts and 1 rejected draft"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out)), "rolls back len(drafts) - len(out)"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out) + 2), "one position too many"),
+    (lambda cache, drafts, out: None, "does not roll back"),
+    (lambda cache, drafts, out: cache.rollback(len(out) - 1), "rolls back the n accepted drafts"),
+    (roll_back_then_zero_the_keys, "the keys of positions it keeps changed"),
+    (roll_back_a_copy, "returned a cache and left the one it was handed unchanged"),
+    (roll_back_and_trim, "shorter than its capacity"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out) - 1), "and 2 rejected drafts ["),
+], ids=["off by one, kept clear of -1", "off by one", "one too many", "no rollback", "the accepted count",
+        "kept keys wiped", "a copy", "arrays trimmed", "two off"])
+def test_wrong_roll_backs_fail_with_what_they_did(f, words):
+    result = timed(check_roll_back, f)
+    assert not result and result.check.startswith("case K = ") and words in result.diagnosis, result
+
+
+def test_a_roll_back_that_clears_what_lies_past_the_length_passes():
+    assert timed(check_roll_back, roll_back_and_clear_the_rest)
+
+
+def test_check_roll_back_refuses_bad_input():
+    with pytest.raises(TypeError, match="needs the model whose cache"):
+        exercises.check_roll_back(solution("roll_back"), object())
+    with pytest.raises(TypeError, match="takes your function first"):
+        exercises.check_roll_back(TINY, solution("roll_back"))

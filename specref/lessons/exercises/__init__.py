@@ -49,4 +49,5 @@ from .expected_tokens import EXPECTED_MISTAKES, check_expected_tokens
 from .gallery import CORRECT, MISTAKES, N_GALLERY, pipeline_law, plain_law, show_mistakes
 from .predicted_speedup import SPEEDUP_MISTAKES, check_predicted_speedup
 from .residual import RESIDUAL_MISTAKES, check_residual
+from .roll_back import ROLL_BACK_MISTAKES, check_roll_back
 from .verify import VERIFY_MISTAKES, argmax_draws, check_verify, letters_swapped
