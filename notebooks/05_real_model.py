@@ -269,6 +269,9 @@ print(f"the rolled-back cache vs the recompute: largest difference {rollback_vs_
 # prompt-lookup draft, $K = 4$). Green tokens were drafted and accepted; plain ones came from the target (a
 # correction after a rejection, or the bonus token).
 #
+# **Predict, then run.** With the greedy settings below, will SpS print exactly ArS's text? And with sampling at
+# temperature 0.8 and the same seed, should the two texts be equal, or only equal in law?
+#
 # **Greedy** (temperature 0) first. In exact arithmetic the two give the same text: with one-hot distributions SpS
 # keeps a draft token only when it is the target's argmax, and otherwise takes the argmax itself. In float32 they
 # compute that argmax from different numbers: ArS scores one row per call, SpS $K + 1$ rows, and the rows differ in
@@ -452,6 +455,10 @@ print(demo.table(results))
 
 # %% [markdown]
 # ## Chen et al. Figure 1, reproduced on this machine
+#
+# **Predict, then run.** From the scoring costs measured above, which $K$ do you expect to give the shortest time
+# for 128 tokens here, and will any $K$ beat ArS at all? Write it down, then compare with the figure and the table
+# after it.
 #
 # Chen's Figure 1 sweeps the lookahead $K$ and plots the time to generate 128 tokens, the average number of
 # tokens per loop divided by $K + 1$, and the time per loop. Here the draft is prompt lookup (its cost is a

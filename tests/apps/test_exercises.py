@@ -25,6 +25,7 @@ from nbclient import NotebookClient
 from specref import mrs
 from specref.proof import power, stats
 from specref.proof.bugs import broken
+from specref.proof.bugs import tree as tree_bugs
 from specref.lessons import exercises
 from tests.smollm2.test_tree_attention import tiny_model
 
@@ -58,7 +59,7 @@ def check_roll_back(f):
 CHECKS = {"verify": exercises.check_verify, "residual": exercises.check_residual,
           "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights,
           "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square,
-          "roll_back": check_roll_back}
+          "roll_back": check_roll_back, "tree_topk": exercises.check_tree_topk}
 
 
 # ---------------------------------------------------------------- the answers pass
@@ -773,3 +774,80 @@ def test_check_roll_back_refuses_bad_input():
         exercises.check_roll_back(solution("roll_back"), object())
     with pytest.raises(TypeError, match="takes your function first"):
         exercises.check_roll_back(TINY, solution("roll_back"))
+
+
+# ---------------------------------------------------------------- notebook 08's exercise: the top-k tree verifier
+
+def topk_variant(q_of=lambda row: row, scaled=True, recovered="q without the children", strict=True,
+                 one_level=False, drop_small=False, last_uniform_first=False, uniform=lambda rng: rng.random()):
+    """The top-k tree verifier as a learner could write it, with one thing changed (the defaults: the right one)."""
+    def f(tokens, parents, p, q, rng):
+        children = [[] for _ in range(len(tokens) + 1)]
+        for i, j in enumerate(parents):
+            children[j + 1].append(i)
+        out, row = [], 0
+        while True:
+            u_last = uniform(rng) if last_uniform_first else None
+            qr, rest, accepted = q[q_of(row)], 1.0, None
+            for i in children[row]:
+                x = int(tokens[i])
+                u, ratio = uniform(rng), (qr[x] / rest if rest > 0 else np.inf) if scaled else qr[x]
+                if u < ratio or (not strict and u <= ratio):
+                    accepted = i
+                    break
+                rest -= qr[x]
+            if accepted is not None:
+                out.append(int(tokens[accepted]))
+                row = accepted + 1
+                if not one_level:
+                    continue
+                w = q[q_of(row)].copy()  # the walk stops: the bonus from the accepted child's row
+            elif recovered == "q" or not children[row]:
+                w = qr.copy()
+            elif recovered == "residual":
+                w = np.maximum(qr - p[row], 0.0)
+            else:
+                w = qr.copy()
+                w[[int(tokens[i]) for i in children[row]]] = 0.0
+            if drop_small:
+                w[w < 0.01] = 0.0
+            if not w.sum() > 0:  # the children held all of q's mass
+                w = qr.copy()
+            c = np.cumsum(w)
+            u = u_last if last_uniform_first else uniform(rng)
+            out.append(min(int(np.searchsorted(c, u * c[-1], side="right")), int(np.flatnonzero(w)[-1])))
+            return np.array(out, dtype=np.int64)
+    return f
+
+
+def test_the_reference_variant_passes():  # the variants below differ from it in one thing only
+    assert timed(exercises.check_tree_topk, topk_variant())
+
+
+@pytest.mark.parametrize("f, check, words", [
+    (topk_variant(q_of=lambda row: max(row - 1, 0)), "exact law", "reads the target row q[i] for node i"),
+    (topk_variant(scaled=False), "exact law", "accepts c_i with probability q(c_i)"),
+    (topk_variant(recovered="q"), "exact law", "draws the recovered token from q itself"),
+    (topk_variant(recovered="residual"), "exact law", "the chain's residual"),
+    (topk_variant(one_level=True), "exact law", "stops after the root's children"),
+    (topk_variant(drop_small=True), "exact law", "a small entry dropped"),
+    (topk_variant(strict=False), "edge q(c) = 0, u = 0", "accepted a child the target gives probability 0"),
+    (topk_variant(last_uniform_first=True), "vectors", "the uniforms in the documented order"),
+    (topk_variant(uniform=lambda rng: rng.integers(2**53) / 2**53), "exact law", "not graded exactly"),
+    (lambda *args: topk_variant()(*args).astype(float), "contract", "dtype float64"),
+], ids=["q[i] for node i", "not divided by the mass left", "recovered from q", "recovered from max(0, q - p)",
+        "one level only", "small entries dropped", "u <= ratio", "last uniform first", "rng.integers", "floats"])
+def test_wrong_tree_verifiers_fail_with_what_they_did(f, check, words):
+    result = timed(exercises.check_tree_topk, f)
+    assert not result and result.check.startswith(check) and words in result.diagnosis, result
+
+
+def test_the_shipped_tree_bugs_fail_the_tree_exercise():
+    for bug in tree_bugs.BUGS["tree-topk"]:
+        result = timed(exercises.check_tree_topk, bug)
+        assert not result, (bug.name, result)
+
+
+def test_check_tree_topk_refuses_bad_input():
+    with pytest.raises(TypeError, match="takes your function"):
+        exercises.check_tree_topk("verify_tree")

@@ -50,4 +50,5 @@ from .gallery import CORRECT, MISTAKES, N_GALLERY, pipeline_law, plain_law, show
 from .predicted_speedup import SPEEDUP_MISTAKES, check_predicted_speedup
 from .residual import RESIDUAL_MISTAKES, check_residual
 from .roll_back import ROLL_BACK_MISTAKES, check_roll_back
+from .tree_topk import TREE_MISTAKES, check_tree_topk
 from .verify import VERIFY_MISTAKES, argmax_draws, check_verify, letters_swapped
