@@ -27,6 +27,7 @@ from specref.proof import power, stats
 from specref.proof.bugs import broken
 from specref.proof.bugs import tree as tree_bugs
 from specref.lessons import exercises
+from tests.apps.test_notebook_code import notebook_cell
 from tests.smollm2.test_tree_attention import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -851,3 +852,11 @@ def test_the_shipped_tree_bugs_fail_the_tree_exercise():
 def test_check_tree_topk_refuses_bad_input():
     with pytest.raises(TypeError, match="takes your function"):
         exercises.check_tree_topk("verify_tree")
+
+
+@pytest.mark.parametrize("name, needle", [("05_real_model", "def roll_back(cache, drafts, out):"),
+                                          ("08_trees", "def my_verify_tree(tokens, parents, p, q, rng):")])
+def test_the_exercise_cells_of_notebooks_05_and_08_hold_a_stub_not_answered_yet(name, needle, capsys):
+    source = notebook_cell(name, needle)
+    exec(compile(source, f"<notebook {name} exercise>", "exec"), {"model": TINY})
+    assert capsys.readouterr().out.startswith("FAIL: not answered yet: "), source
