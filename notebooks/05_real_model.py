@@ -657,7 +657,10 @@ plt.show()
 # %% [markdown]
 # How to read the lines above. Where one pass over $B$ sequences costs far less than $B$ decode steps, the step is
 # still memory-bound: the weights are read once and the extra rows ride along, and a speculative call's $K$ extra
-# rows per sequence are cheap too. Where an added sequence costs close to a full decode step, the arithmetic sets
+# rows per sequence are cheap too. The step from one row to two is special on a CPU: OpenBLAS leaves its one-row
+# kernel for kernels that first pack the weights (notebook 00), so the first doubling can cost much more than the
+# rows it adds, for reasons that have nothing to do with arithmetic; what tells a compute-bound step is what the
+# sequences added after that cost. Where each added sequence costs close to a full decode step, the arithmetic sets
 # the time: a call that scores $K + 1$ tokens for each sequence then costs close to $K + 1$ batched steps and yields
 # at most $K + 1$ tokens (Eq. 1), so speculative sampling gains little or nothing. Where that turn comes depends on
 # the machine's balance of arithmetic to memory (notebook 00 measures it, and quotes vendor figures for GPUs, whose
