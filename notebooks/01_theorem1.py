@@ -114,6 +114,33 @@ plots.plot_overlap(ax, p64, q64, names)
 plt.show()
 
 # %% [markdown]
+# ### Move p and q yourself
+#
+# The sliders below set the weights of $p$ and $q$ token by token (each row is normalised to sum to 1) and redraw
+# the picture, with $\beta = \sum_x \min(p(x), q(x))$ printed: the chance that a draft from $p$ is accepted (the
+# $\alpha$ of a draft whose rows were these at every position). Try making $p$ equal to $q$, putting all of $p$ on a
+# token $q$ forbids, or moving one token's mass from $q$ to $p$: the green part is always $\min(p, q)$, and the
+# orange part always fills the rest of $q$. The sliders need a running kernel; the figure after them shows three
+# settings for a reader on GitHub.
+
+# %%
+from specref.lessons import widgets
+
+widgets.interactive_overlap([float(v) for v in p], [float(v) for v in q], names)
+
+# %%
+settings = [("p = q: every draft is kept", [0.25] * 4),
+            ("the rows above", [float(v) for v in p]),
+            ("p mostly on a token q gives 1/4", [0.85, 0.05, 0.05, 0.05])]
+fig, axes = plt.subplots(1, 3, figsize=(15, 4), layout="constrained")
+for ax, (title, weights) in zip(axes, settings):
+    p_row, q_row, beta_row = widgets.overlap_rows(weights, [float(v) for v in q])
+    plots.plot_overlap(ax, p_row, q_row, names)
+    ax.set_title(f"{title}: beta = {beta_row:.3f}", fontsize=9)
+    print(f"{title}: p = {np.round(p_row, 3).tolist()}, beta = sum min(p, q) = {beta_row:.3f}")
+plt.show()
+
+# %% [markdown]
 # ## By simulation
 #
 # Draw $\tilde x \sim p$, run `mrs.accept_or_resample`, count. The chi-square goodness-of-fit test compares the counts

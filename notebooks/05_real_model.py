@@ -155,6 +155,35 @@ print("eight greedy decode steps:", repr(model.tokenizer.decode(tokens)))
 # writes its own positions over them. In specref's loop nobody calls it by hand: every model call finds the longest
 # prefix its tokens share with the cache and rolls back past it (`SmolLM2.final_states`).
 #
+# ### Exercise: roll back the KV cache
+#
+# A loop that manages its cache itself has to do this by hand after every call. Write `roll_back(cache, drafts,
+# out)`: `cache` holds the context and the $K$ = `len(drafts)` drafts one target call has just scored; `out` is what
+# the verifier returned, the $n$ accepted drafts and then one more token (the correction after a rejection, or the
+# bonus token when all $K$ were kept). Change the cache in place so that it holds the context and the accepted
+# drafts, nothing more. Mind what `out`'s last token is, and whether it has a position in the cache yet. One line
+# grades it on this model: a context and $K$ = 0, 1, 3, 4 drafts scored, every $n$ from 0 to $K$, and what your
+# function leaves compared with the model's own rollback, bit for bit; a wrong answer is told what its cache holds.
+
+# %%
+from specref.lessons import exercises
+
+
+def roll_back(cache, drafts, out):  # your code here
+    raise NotImplementedError
+
+
+exercises.check_roll_back(roll_back, model)
+
+# %% [markdown]
+# The reference answer, graded by the same line:
+
+# %%
+from solutions.roll_back import roll_back as solution
+
+exercises.check_roll_back(solution, model)
+
+# %% [markdown]
 # Below, one greedy SpS loop written out: score the drafts in one call, accept while each draft is the target's
 # argmax, roll back the rest. Twice, with different wrong drafts after the same correct first one; then the
 # correction is decoded. The two caches are then bit for bit the same, and equal, up to float32 rounding, to a
@@ -239,6 +268,9 @@ print(f"the rolled-back cache vs the recompute: largest difference {rollback_vs_
 # The same request, decoded by Chen's Algorithm 1 (ArS, one target call per token) and Algorithm 2 (SpS with a
 # prompt-lookup draft, $K = 4$). Green tokens were drafted and accepted; plain ones came from the target (a
 # correction after a rejection, or the bonus token).
+#
+# **Predict, then run.** With the greedy settings below, will SpS print exactly ArS's text? And with sampling at
+# temperature 0.8 and the same seed, should the two texts be equal, or only equal in law?
 #
 # **Greedy** (temperature 0) first. In exact arithmetic the two give the same text: with one-hot distributions SpS
 # keeps a draft token only when it is the target's argmax, and otherwise takes the argmax itself. In float32 they
@@ -424,6 +456,10 @@ print(demo.table(results))
 # %% [markdown]
 # ## Chen et al. Figure 1, reproduced on this machine
 #
+# **Predict, then run.** From the scoring costs measured above, which $K$ do you expect to give the shortest time
+# for 128 tokens here, and will any $K$ beat ArS at all? Write it down, then compare with the figure and the table
+# after it.
+#
 # Chen's Figure 1 sweeps the lookahead $K$ and plots the time to generate 128 tokens, the average number of
 # tokens per loop divided by $K + 1$, and the time per loop. Here the draft is prompt lookup (its cost is a
 # few array comparisons) and the target is SmolLM2 on the CPU, on the fast path, where scoring $K + 1$ tokens in one
@@ -530,3 +566,105 @@ ax.set(xlabel="c (draft step / decode step)", ylabel="alpha needed for any speed
 ax.set_title(f"where speculative sampling starts to pay; {MACHINE}", fontsize=9)
 ax.legend(fontsize=8)
 plt.show()
+
+# %% [markdown]
+# ## Batch effects: what serving many requests does to the free slots
+#
+# Everything above decoded one sequence. A server decodes many at once: each step, the newest token of each of $B$
+# requests goes through the model together, so every weight matrix is read once for all $B$ rows
+# (`specref.smollm2.model.decode_batch`: the products see all $B$ rows, attention runs over each sequence's own
+# cache). Speculative sampling lives on the same fact: a decode step reads every weight for one row and leaves the
+# arithmetic units mostly idle, so a few more rows (the $K$ drafts) ride along almost free. A batch spends those
+# idle slots too. As $B$ grows the products do $B$ times the arithmetic on the same bytes, and once the arithmetic,
+# not the memory, sets the time (the step is **compute-bound**), every extra row costs about its own share: a
+# verification call that scores $K + 1$ tokens for each of $B$ requests is then about $K + 1$ times a plain batched
+# step, and the rejected drafts are paid for in full. The gain shrinks as the load grows, and a server tunes $K$
+# down, or turns drafting off, as its batches fill.
+#
+# The cell measures it with the plain model, on one BLAS thread: one `decode_batch` over $B$ sequences against
+# $B$ single steps of one sequence each (the same tokens and caches, each sequence after the request's prompt),
+# for several $B$, the median of several interleaved repeats. It prints the CPU, how busy the machine was, and what
+# the numbers say, from the numbers.
+#
+# **Predict, then run.** On this CPU, what will one pass over 8 sequences cost, in single decode steps: about 1,
+# about 8, or between? And at which $B$ would you expect each added sequence to cost nearly a full step?
+
+# %% tags=["machine"]
+import copy
+import time
+
+from specref.smollm2.model import KVCache, decode_batch, forward
+
+BATCHES = (1, 2, 4, 8, 16)
+repeats = 5 if QUICK else 9
+base = KVCache(model.config, capacity=len(prompt) + 2)           # each sequence: the prompt, then one new token
+forward(np.array(prompt), model.weights, base, model.rot)
+next_tokens = np.array([prompt[-1 - b] for b in range(max(BATCHES))])  # sequence b's next token (any ids do)
+batch_s = {B: [] for B in BATCHES}
+single_s = {B: [] for B in BATCHES}
+load_before = os.getloadavg()[0]
+for r in range(repeats):
+    for B in BATCHES:
+        caches = [copy.deepcopy(base) for _ in range(B)]
+        for first in ((True, False) if r % 2 == 0 else (False, True)):  # alternate which runs first
+            start = time.perf_counter()
+            if first:
+                decode_batch(next_tokens[:B], model.weights, caches, model.rot)          # one pass over B
+                batch_s[B].append(time.perf_counter() - start)
+            else:
+                for b in range(B):                                                      # B passes over one
+                    decode_batch(next_tokens[b:b + 1], model.weights, caches[b:b + 1], model.rot)
+                single_s[B].append(time.perf_counter() - start)
+            for cache in caches:
+                cache.rollback(1)                                                       # back to the prompt
+load_after = os.getloadavg()[0]
+batch_ms = {B: 1e3 * float(np.median(batch_s[B])) for B in BATCHES}
+step_ms = 1e3 * float(np.median([t / B for B in BATCHES for t in single_s[B]]))        # one single decode step
+print(f"measured on {MACHINE}; plain path, one BLAS thread, {repeats} repeats, medians")
+print(f"load average (1 min) {load_before:.2f} before and {load_after:.2f} after, on {os.cpu_count()} CPUs: "
+      f"{'other processes shared the machine, and timings move with them' if max(load_before, load_after) > 1.2 else 'a quiet machine'}")
+print(f"one single decode step: {step_ms:.1f} ms (median over every single step timed)")
+print(f"{'B':>3} {'one pass over B, ms':>20} {'B single steps, ms':>19} {'pass, in decode steps':>22} {'saved':>6}"
+      f"   fastest-slowest pass, ms")
+for B in BATCHES:
+    singles = 1e3 * float(np.median(single_s[B]))
+    print(f"{B:3d} {batch_ms[B]:20.1f} {singles:19.1f} {batch_ms[B] / step_ms:22.2f} {1 - batch_ms[B] / singles:6.0%}"
+          f"   {1e3 * min(batch_s[B]):.1f}-{1e3 * max(batch_s[B]):.1f}")
+print()
+cheaper = []
+for B in BATCHES[:-1]:
+    B2 = 2 * B
+    added = (batch_ms[B2] - batch_ms[B]) / B / step_ms  # what each added sequence cost, in decode steps
+    print(f"B = {B:2d} -> {B2:2d}: each added sequence cost {added:.2f} decode steps (0: free, 1: a step of its own); "
+          f"doubling the rows, as K = 1 would for each of {B} sequence{'s' if B > 1 else ''}, cost "
+          f"{batch_ms[B2] / batch_ms[B]:.2f} times the batched step")
+    if added < 0:
+        cheaper.append(f"{B} -> {B2}")
+if cheaper:  # more rows cannot cost less: only the load can make them seem to
+    print(f"a larger batch came out cheaper than a smaller one at B = {', '.join(cheaper)}: timing noise from the "
+          "machine's load, not a saving; these numbers are worth measuring again on a quieter machine")
+fig, ax = plt.subplots(figsize=(6, 3.6))
+Bs = np.array(BATCHES)
+ax.plot(Bs, [batch_ms[B] / step_ms for B in BATCHES], "o-", label="one pass over B sequences (measured)")
+ax.plot(Bs, Bs, "--", color="gray", label="B single steps (compute-bound: each row pays)")
+ax.axhline(1, color="green", ls=":", label="memory-bound ideal: one read of the weights")
+ax.set(xscale="log", yscale="log", xlabel="B, sequences in one pass", ylabel="cost, in single decode steps")
+ax.set_xticks(Bs, [str(B) for B in BATCHES])
+ax.set_title(f"SmolLM2-135M, plain path, one thread; {MACHINE}", fontsize=8)
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# How to read the lines above. Where one pass over $B$ sequences costs far less than $B$ decode steps, the step is
+# still memory-bound: the weights are read once and the extra rows ride along, and a speculative call's $K$ extra
+# rows per sequence are cheap too. The step from one row to two is special on a CPU: OpenBLAS leaves its one-row
+# kernel for kernels that first pack the weights (notebook 00), so the first doubling can cost much more than the
+# rows it adds, for reasons that have nothing to do with arithmetic; what tells a compute-bound step is what the
+# sequences added after that cost. Where each added sequence costs close to a full decode step, the arithmetic sets
+# the time: a call that scores $K + 1$ tokens for each sequence then costs close to $K + 1$ batched steps and yields
+# at most $K + 1$ tokens (Eq. 1), so speculative sampling gains little or nothing. Where that turn comes depends on
+# the machine's balance of arithmetic to memory (notebook 00 measures it, and quotes vendor figures for GPUs, whose
+# balance is far higher, so they reach it only at much larger batches); the lines above show where it stood here,
+# if anywhere up to $B = 16$. This is why speculative decoding helps most when batches are small: latency-bound
+# single requests, a server's quiet hours. The measurement is of one CPU under the load printed with it; a quieter
+# machine, another CPU or the fast path will put the turn elsewhere.

@@ -71,6 +71,38 @@ print("quick mode (SPECREF_QUICK=1): small samples; unset SPECREF_QUICK for the 
 # child, which is why it is exact however the children were chosen. The other two are modified rejection sampling
 # (notebook 02) repeated at one node: each rejected candidate leaves the residual for the next.
 #
+# ### Exercise: write the top-k verifier
+#
+# Before reading the code below, write the first row of the table as a function, `verify_tree(tokens, parents, p,
+# q, rng)`: walk down from the root; at a node with children $c_1, c_2, \dots$ (in ascending node index), accept
+# $c_i$ with probability $q(c_i) / (1 - q(c_1) - \dots - q(c_{i-1}))$ and go on from it; when every child is
+# rejected, draw the last token from $q$ with the children's entries set to 0; at a node without children, draw
+# the bonus token from $q$. Return the accepted path and that last token. Mind which row of `q` belongs to which
+# node, and draw one `rng.random()` per child tested, then one for the last token. One line grades it: the exact
+# law of one call on five small trees (enumerated over uniforms the grader chooses, against the rule's law in
+# exact fractions), a uniform of exactly 0 on a child the target forbids, a chi-square on the suite's tree case,
+# and the portable vectors; a wrong answer is told which known mistake it makes, or which output's probability
+# it gets wrong.
+
+# %%
+from specref.lessons import exercises
+
+
+def my_verify_tree(tokens, parents, p, q, rng):  # your code here
+    raise NotImplementedError
+
+
+exercises.check_tree_topk(my_verify_tree)
+
+# %% [markdown]
+# The reference answer, graded by the same line:
+
+# %%
+from solutions.tree_topk import tree_topk as solution
+
+exercises.check_tree_topk(solution)
+
+# %% [markdown]
 # Here are all three in NumPy, drawing their uniforms in the order `specref/mrs_tree.py` documents (its RANDOMNESS
 # constant: one per child tested, one for the last token), so they return the same tokens as the library's
 # for the same generator. A test keeps this cell and the library equal (`tests/apps/test_notebook_code.py`, on
@@ -411,6 +443,10 @@ for rule, law in (("topk", law_topk), ("mss", law_mss), ("rrs", law_rrs)):
 # calls that gives the test 99.9% power against it, computed from the two exact laws (`specref.proof.power`).
 # "exact TV" is the total variation of the call's output, continued to three tokens, from the target's law:
 # any nonzero number proves the rule wrong.
+#
+# **Predict, then run.** Every bug below changes the law of one call. Will the chi-square reject each of them at the
+# sample size chosen for it? Is there one whose exact TV is so small that no affordable sample could see it, and
+# if so, what would catch it instead?
 
 # %%
 case_draft, case_target = tree.case_rows("close")
@@ -604,6 +640,10 @@ for label, pos in (("positions prefix + depth", np.concatenate([np.arange(n_pref
 # the draft is $\lambda \cdot$ target + $(1 - \lambda) \cdot$ another such model, so $\lambda$ sets how good the
 # draft is. Shapes with $K = 4$ nodes (parents lists in the cell): a chain, "2x1" (two children of the root, one
 # under each), "2+1+1" (two children, then a chain under the first), "3+1", and "4" (four children of the root).
+#
+# **Predict, then run.** With a good draft ($\lambda$ near 1), which shape yields the most tokens per call: the
+# chain, or a tree that spends nodes on second candidates? And with a poor draft? Write down your ranking of the
+# five shapes for both before reading the table.
 
 # %%
 SHAPES = {"chain": [-1, 0, 1, 2], "2x1": [-1, -1, 0, 1], "2+1+1": [-1, -1, 0, 2], "3+1": [-1, -1, -1, 0],

@@ -13,7 +13,9 @@ score_slope  extra cost of each additional token scored in one target call, in d
 them directly.
 `interactive_speedup` builds the sliders for notebook 04; `panel_outputs` is what they show (a
 `SpeedupPanel` hands it to its Output widget as state rather than capturing printed output, which
-could hang a headless run: see `SpeedupPanel`).  `highlight_html` and
+could hang a headless run: see `SpeedupPanel`).  `interactive_overlap` is notebook 01's sliders for
+the rows p and q (`overlap_rows` normalises them and gives alpha = sum min(p, q); `overlap_outputs`
+draws Theorem 1's picture), wired the same way.  `highlight_html` and
 `side_by_side_html` render generated text for notebook 05 (accepted drafts highlighted).
 """
 
@@ -29,6 +31,7 @@ import ipywidgets
 import numpy as np
 
 from specref import speedup
+from specref.lessons import plots
 
 GAMMA_MAX = 16  # the panel's gamma axis runs 1..GAMMA_MAX
 
@@ -225,6 +228,60 @@ def interactive_speedup(alpha: float = 0.7, gamma: int = 4, c: float = 0.05, c_h
         score_slope=slider(ipywidgets.FloatSlider, value=score_slope, min=0.0, max=1.0, step=0.01,
                            description="score_slope"),
     )
+
+
+# ---------------------------------------------------------------- Theorem 1's overlap, with sliders for p and q
+
+def overlap_rows(p_weights, q_weights) -> tuple[np.ndarray, np.ndarray, float]:  # [V], [V] -> p [V], q [V], alpha
+    """The sliders' weights normalised into a draft row p and a target row q, and alpha = sum_x min(p(x), q(x)),
+    the chance a draft from p is accepted against q (Theorem 1)."""
+    p, q = np.asarray(p_weights, dtype=np.float64), np.asarray(q_weights, dtype=np.float64)
+    if p.ndim != 1 or p.shape != q.shape or p.size < 2:
+        raise ValueError(f"p and q need one weight per token, two tokens or more, got shapes {p.shape} and {q.shape}")
+    for name, w in (("p", p), ("q", q)):
+        if not np.isfinite(w).all() or (w < 0).any() or not w.sum() > 0:
+            raise ValueError(f"the weights of {name} must be finite, >= 0 and not all 0, got {w.tolist()}")
+    p, q = p / p.sum(), q / q.sum()
+    return p, q, float(np.minimum(p, q).sum())
+
+
+def overlap_outputs(names, **weights) -> tuple[dict, ...]:
+    """What the overlap panel shows for one setting of its sliders (p_<token>, q_<token>: weights): the picture of
+    `plots.plot_overlap` as a PNG, then the rows and alpha as text; weights all 0 give a line saying so."""
+    from matplotlib.figure import Figure
+
+    try:
+        p, q, alpha = overlap_rows([weights[f"p_{n}"] for n in names], [weights[f"q_{n}"] for n in names])
+    except ValueError as e:
+        return ({"output_type": "stream", "name": "stdout", "text": f"{e}: move a slider of that row above 0\n"},)
+    fig = Figure(figsize=(7, 4), layout="constrained")
+    plots.plot_overlap(fig.subplots(), p, q, names)
+    png = io.BytesIO()
+    fig.savefig(png, format="png", bbox_inches="tight")
+    text = (f"p = {np.round(p, 3).tolist()}\nq = {np.round(q, 3).tolist()}\n"
+            f"beta = sum min(p, q) = {alpha:.3f} (alpha, were these the rows at every position): a draft from p "
+            f"is accepted with probability {alpha:.3f}\n")
+    return ({"output_type": "display_data", "metadata": {},
+             "data": {"image/png": base64.b64encode(png.getvalue()).decode("ascii"), "text/plain": repr(fig)}},
+            {"output_type": "stream", "name": "stdout", "text": text})
+
+
+def interactive_overlap(p, q, names):
+    """Sliders for the weights of p and q (one per token each, normalised to rows), redrawing Theorem 1's overlap
+    and printing alpha (through `overlap_outputs`); drawn as the speedup panel is, without captured output."""
+    names = [str(n) for n in names]
+    p, q, _ = overlap_rows(p, q)
+
+    def slider(row, n, value):
+        return ipywidgets.FloatSlider(value=round(float(value), 2), min=0.0, max=1.0, step=0.01,
+                                      description=f"{row}({n})", layout=ipywidgets.Layout(width="420px"),
+                                      style={"description_width": "60px"})
+
+    sliders = {f"p_{n}": slider("p", n, v) for n, v in zip(names, p)}
+    sliders.update({f"q_{n}": slider("q", n, v) for n, v in zip(names, q)})
+    def show(**weights):
+        return overlap_outputs(names, **weights)
+    return SpeedupPanel(show, **sliders)
 
 
 def highlight_html(tokenizer, pieces) -> str:

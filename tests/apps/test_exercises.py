@@ -7,6 +7,7 @@ machine (about 1 s when idle).  Nothing here asserts a time: a shared machine ca
 and the times that count are the ones the executed notebooks print beside each grade.
 """
 
+import copy
 import importlib.util
 import math
 import os
@@ -24,7 +25,10 @@ from nbclient import NotebookClient
 from specref import mrs
 from specref.proof import power, stats
 from specref.proof.bugs import broken
+from specref.proof.bugs import tree as tree_bugs
 from specref.lessons import exercises
+from tests.apps.test_notebook_code import notebook_cell
+from tests.smollm2.test_tree_attention import tiny_model
 
 ROOT = Path(__file__).resolve().parents[2]
 SOLUTIONS = ROOT / "notebooks" / "solutions"
@@ -46,9 +50,17 @@ def timed(check, f):
     return result
 
 
+TINY = tiny_model()  # 2 layers, V = 50: the rollback exercise's model here (notebook 05 hands it SmolLM2-135M)
+
+
+def check_roll_back(f):
+    return exercises.check_roll_back(f, TINY)
+
+
 CHECKS = {"verify": exercises.check_verify, "residual": exercises.check_residual,
           "expected_tokens": exercises.check_expected_tokens, "block_weights": exercises.check_block_weights,
-          "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square}
+          "predicted_speedup": exercises.check_predicted_speedup, "chi_square": exercises.check_chi_square,
+          "roll_back": check_roll_back, "tree_topk": exercises.check_tree_topk}
 
 
 # ---------------------------------------------------------------- the answers pass
@@ -609,8 +621,8 @@ def not_implemented(*args):  # a starter stub, as the notebooks hand it out
     raise NotImplementedError
 
 
-@pytest.mark.parametrize("name", ["predicted_speedup", "chi_square"])
-def test_a_starter_stub_is_not_answered_yet(name):
+@pytest.mark.parametrize("name", list(CHECKS))
+def test_a_starter_stub_is_not_answered_yet(name):  # every grader, the older ones included
     result = timed(CHECKS[name], not_implemented)
     assert not result and result.check == "not answered yet", result
     assert "NotImplementedError" in result.diagnosis
@@ -700,3 +712,151 @@ def chi_square_returning_dict(counts, law):
 def test_wrong_chi_squares_fail_with_their_diagnosis(f, words):
     result = timed(exercises.check_chi_square, f)
     assert not result and words in result.diagnosis, result
+
+
+# ---------------------------------------------------------------- notebook 05's exercise: roll back the KV cache
+
+@pytest.mark.parametrize("label, wrong", exercises.ROLL_BACK_MISTAKES, ids=range(len(exercises.ROLL_BACK_MISTAKES)))
+def test_roll_back_mistakes_are_named(label, wrong):
+    result = timed(check_roll_back, wrong)
+    assert not result and result.diagnosis.startswith(label), result
+
+
+def roll_back_minus_one(cache, drafts, out):  # the off-by-one of out's length, kept clear of rollback(-1)
+    cache.rollback(max(0, len(drafts) - len(out)))
+
+
+def roll_back_then_zero_the_keys(cache, drafts, out):  # the length right, the kept keys wiped
+    solution("roll_back")(cache, drafts, out)
+    for k in cache.k:
+        k[:] = 0
+
+
+def roll_back_a_copy(cache, drafts, out):  # leaves the cache it is handed as it was
+    kept = copy.deepcopy(cache)
+    solution("roll_back")(kept, drafts, out)
+    return kept
+
+
+def roll_back_and_trim(cache, drafts, out):  # cuts the arrays to the length, the capacity left as it was
+    solution("roll_back")(cache, drafts, out)
+    cache.h, cache.tokens = cache.h[:cache.length], cache.tokens[:cache.length]
+
+
+def roll_back_and_clear_the_rest(cache, drafts, out):  # right: what lies past the length may be anything
+    solution("roll_back")(cache, drafts, out)
+    for k, v in zip(cache.k, cache.v):
+        k[:, :, cache.length:], v[:, cache.length:] = 0, 0
+
+
+@pytest.mark.parametrize("f, words", [
+    (roll_back_minus_one, "length 9: the context, the 0 accepted drafts and 1 rejected draft"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out)), "rolls back len(drafts) - len(out)"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out) + 2), "one position too many"),
+    (lambda cache, drafts, out: None, "does not roll back"),
+    (lambda cache, drafts, out: cache.rollback(len(out) - 1), "rolls back the n accepted drafts"),
+    (roll_back_then_zero_the_keys, "the keys of positions it keeps changed"),
+    (roll_back_a_copy, "returned a cache and left the one it was handed unchanged"),
+    (roll_back_and_trim, "shorter than its capacity"),
+    (lambda cache, drafts, out: cache.rollback(len(drafts) - len(out) - 1), "and 2 rejected drafts ["),
+], ids=["off by one, kept clear of -1", "off by one", "one too many", "no rollback", "the accepted count",
+        "kept keys wiped", "a copy", "arrays trimmed", "two off"])
+def test_wrong_roll_backs_fail_with_what_they_did(f, words):
+    result = timed(check_roll_back, f)
+    assert not result and result.check.startswith("case K = ") and words in result.diagnosis, result
+
+
+def test_a_roll_back_that_clears_what_lies_past_the_length_passes():
+    assert timed(check_roll_back, roll_back_and_clear_the_rest)
+
+
+def test_check_roll_back_refuses_bad_input():
+    with pytest.raises(TypeError, match="needs the model whose cache"):
+        exercises.check_roll_back(solution("roll_back"), object())
+    with pytest.raises(TypeError, match="takes your function first"):
+        exercises.check_roll_back(TINY, solution("roll_back"))
+
+
+# ---------------------------------------------------------------- notebook 08's exercise: the top-k tree verifier
+
+def topk_variant(q_of=lambda row: row, scaled=True, recovered="q without the children", strict=True,
+                 one_level=False, drop_small=False, last_uniform_first=False, uniform=lambda rng: rng.random()):
+    """The top-k tree verifier as a learner could write it, with one thing changed (the defaults: the right one)."""
+    def f(tokens, parents, p, q, rng):
+        children = [[] for _ in range(len(tokens) + 1)]
+        for i, j in enumerate(parents):
+            children[j + 1].append(i)
+        out, row = [], 0
+        while True:
+            u_last = uniform(rng) if last_uniform_first else None
+            qr, rest, accepted = q[q_of(row)], 1.0, None
+            for i in children[row]:
+                x = int(tokens[i])
+                u, ratio = uniform(rng), (qr[x] / rest if rest > 0 else np.inf) if scaled else qr[x]
+                if u < ratio or (not strict and u <= ratio):
+                    accepted = i
+                    break
+                rest -= qr[x]
+            if accepted is not None:
+                out.append(int(tokens[accepted]))
+                row = accepted + 1
+                if not one_level:
+                    continue
+                w = q[q_of(row)].copy()  # the walk stops: the bonus from the accepted child's row
+            elif recovered == "q" or not children[row]:
+                w = qr.copy()
+            elif recovered == "residual":
+                w = np.maximum(qr - p[row], 0.0)
+            else:
+                w = qr.copy()
+                w[[int(tokens[i]) for i in children[row]]] = 0.0
+            if drop_small:
+                w[w < 0.01] = 0.0
+            if not w.sum() > 0:  # the children held all of q's mass
+                w = qr.copy()
+            c = np.cumsum(w)
+            u = u_last if last_uniform_first else uniform(rng)
+            out.append(min(int(np.searchsorted(c, u * c[-1], side="right")), int(np.flatnonzero(w)[-1])))
+            return np.array(out, dtype=np.int64)
+    return f
+
+
+def test_the_reference_variant_passes():  # the variants below differ from it in one thing only
+    assert timed(exercises.check_tree_topk, topk_variant())
+
+
+@pytest.mark.parametrize("f, check, words", [
+    (topk_variant(q_of=lambda row: max(row - 1, 0)), "exact law", "reads the target row q[i] for node i"),
+    (topk_variant(scaled=False), "exact law", "accepts c_i with probability q(c_i)"),
+    (topk_variant(recovered="q"), "exact law", "draws the recovered token from q itself"),
+    (topk_variant(recovered="residual"), "exact law", "the chain's residual"),
+    (topk_variant(one_level=True), "exact law", "stops after the root's children"),
+    (topk_variant(drop_small=True), "exact law", "a small entry dropped"),
+    (topk_variant(strict=False), "edge q(c) = 0, u = 0", "accepted a child the target gives probability 0"),
+    (topk_variant(last_uniform_first=True), "vectors", "the uniforms in the documented order"),
+    (topk_variant(uniform=lambda rng: rng.integers(2**53) / 2**53), "exact law", "not graded exactly"),
+    (lambda *args: topk_variant()(*args).astype(float), "contract", "dtype float64"),
+], ids=["q[i] for node i", "not divided by the mass left", "recovered from q", "recovered from max(0, q - p)",
+        "one level only", "small entries dropped", "u <= ratio", "last uniform first", "rng.integers", "floats"])
+def test_wrong_tree_verifiers_fail_with_what_they_did(f, check, words):
+    result = timed(exercises.check_tree_topk, f)
+    assert not result and result.check.startswith(check) and words in result.diagnosis, result
+
+
+def test_the_shipped_tree_bugs_fail_the_tree_exercise():
+    for bug in tree_bugs.BUGS["tree-topk"]:
+        result = timed(exercises.check_tree_topk, bug)
+        assert not result, (bug.name, result)
+
+
+def test_check_tree_topk_refuses_bad_input():
+    with pytest.raises(TypeError, match="takes your function"):
+        exercises.check_tree_topk("verify_tree")
+
+
+@pytest.mark.parametrize("name, needle", [("05_real_model", "def roll_back(cache, drafts, out):"),
+                                          ("08_trees", "def my_verify_tree(tokens, parents, p, q, rng):")])
+def test_the_exercise_cells_of_notebooks_05_and_08_hold_a_stub_not_answered_yet(name, needle, capsys):
+    source = notebook_cell(name, needle)
+    exec(compile(source, f"<notebook {name} exercise>", "exec"), {"model": TINY})
+    assert capsys.readouterr().out.startswith("FAIL: not answered yet: "), source

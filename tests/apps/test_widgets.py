@@ -1,5 +1,7 @@
 """The speedup panel's callbacks, called directly (the sliders in notebook 04 call the same functions)."""
 
+import base64
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -151,3 +153,40 @@ def test_surface_matches_the_sliders_and_draws_only_real_optima():
     (best,) = costly.get_lines()
     assert np.nanmax(best.get_ydata()) <= widgets.GAMMA_MAX
     plt.close(fig)
+
+
+# ---------------------------------------------------------------- notebook 01's overlap sliders
+
+def test_overlap_rows_normalise_and_give_alpha_by_hand():
+    # the Qualcomm rows: min(p, q) = [0.3, 0.3, 0.1, 0.1], alpha 0.8; weights are normalised first
+    p, q, alpha = widgets.overlap_rows([4, 3, 2, 1], [0.3, 0.45, 0.1, 0.15])
+    assert p.tolist() == pytest.approx([0.4, 0.3, 0.2, 0.1]) and alpha == pytest.approx(0.8)
+    assert widgets.overlap_rows([1, 0], [0, 1])[2] == 0.0            # disjoint rows: nothing is accepted
+    assert widgets.overlap_rows([1, 2], [2, 4])[2] == pytest.approx(1.0)  # the same row: everything is
+
+
+@pytest.mark.parametrize("p, q, words", [([0, 0], [1, 1], "weights of p"), ([1, 1], [1, -1], "weights of q"),
+                                         ([1, 1], [1, 1, 1], "one weight per token"), ([1], [1], "two tokens"),
+                                         ([1, np.nan], [1, 1], "finite")])
+def test_overlap_rows_bad_input(p, q, words):
+    with pytest.raises(ValueError, match=words):
+        widgets.overlap_rows(p, q)
+
+
+def test_overlap_outputs_draw_the_picture_and_print_alpha():
+    names = ["a", "b", "c"]
+    out = widgets.overlap_outputs(names, p_a=0.5, p_b=0.5, p_c=0.0, q_a=0.25, q_b=0.25, q_c=0.5)
+    assert [o["output_type"] for o in out] == ["display_data", "stream"]
+    assert base64.b64decode(out[0]["data"]["image/png"])[:4] == b"\x89PNG"
+    assert "beta = sum min(p, q) = 0.500" in out[1]["text"]
+    zero = widgets.overlap_outputs(names, p_a=0, p_b=0, p_c=0, q_a=1, q_b=0, q_c=0)
+    assert len(zero) == 1 and "move a slider of that row above 0" in zero[0]["text"]
+
+
+def test_overlap_sliders_redraw_when_moved():
+    panel = widgets.interactive_overlap([0.4, 0.3, 0.2, 0.1], [0.3, 0.45, 0.1, 0.15], "abcd")
+    sliders = {w.description: w for w in panel.kwargs_widgets}
+    assert sorted(sliders) == ["p(a)", "p(b)", "p(c)", "p(d)", "q(a)", "q(b)", "q(c)", "q(d)"]
+    assert "= 0.800" in panel.out.outputs[-1]["text"]
+    sliders["q(a)"].value = 0.0  # q = [0, 0.45, 0.1, 0.15] / 0.7: min(p, q) sums to 0.3 + 1/7 + 0.1 = 0.543
+    assert "= 0.543" in panel.out.outputs[-1]["text"]

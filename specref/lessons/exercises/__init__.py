@@ -12,6 +12,9 @@ Letters are Chen's: p is the DRAFT distribution, q the TARGET, K the drafts per 
     check_block_weights(f)      f(x_draft [K], p [K, V], q [K+1, V]) -> w [K+1]: block verification's weights
     check_predicted_speedup(f)  f(alpha, gamma, c, score_cost) -> float: Theorem 3.8 with a measured scoring cost
     check_chi_square(f)         f(counts, law) -> (statistic, dof, p_value): Pearson's test, rare outcomes pooled
+    check_roll_back(f, model)   f(cache, drafts [K], out [n+1]) -> None: the KV cache rolled back after one call
+    check_tree_topk(f)          f(tokens [N], parents [N], p [N+1, V], q [N+1, V], rng) -> tokens: the top-k tree
+                                verifier (mrs_tree.verify_tree_topk's rule)
 
 Each prints one verdict line, "pass: <what was checked>" or "FAIL: <check>: <diagnosis>", and returns a `Result`:
 true when it passed, with `.passed` and `.diagnosis`; its repr is the verdict line, and a notebook cell that ends
@@ -26,7 +29,7 @@ Each check's module lists its checks in its docstring.  `check_verify` grades to
 grader chooses (an answer that draws its randomness any other way is "not graded exactly" and does not pass); the
 others answer with numbers, which are compared with exact fractions, `specref.speedup` or scipy (to a
 relative 1e-9) before anything statistical runs.  A function that still raises NotImplementedError (a starter
-stub) is told "not answered yet" by the two newest checks.  With a fixed seed a statistical check's verdict on a given answer never
+stub) is told "not answered yet" by every check, before any other.  With a fixed seed a statistical check's verdict on a given answer never
 changes, on any machine: a correct residual or Eq. 1 gets the solutions' p-values, and so does a verify that
 draws its uniforms as they do.
 
@@ -38,9 +41,12 @@ draws its uniforms as they do.
     block_weights.py      check_block_weights
     predicted_speedup.py  check_predicted_speedup
     chi_square.py         check_chi_square
+    roll_back.py          check_roll_back (on the model it is handed: it imports no model code)
+    tree_topk.py          check_tree_topk and the known mistakes of a tree verifier
     gallery.py            MISTAKES, the mistakes that shipped, and show_mistakes, their chi-square table
 
-The package imports no model code (notebooks 01-04 load none).
+The package imports no model code (notebooks 01-04, 07 and 08 load none; check_roll_back uses the model it is
+handed).
 """
 
 from .block_weights import BLOCK_MISTAKES, check_block_weights
@@ -49,4 +55,6 @@ from .expected_tokens import EXPECTED_MISTAKES, check_expected_tokens
 from .gallery import CORRECT, MISTAKES, N_GALLERY, pipeline_law, plain_law, show_mistakes
 from .predicted_speedup import SPEEDUP_MISTAKES, check_predicted_speedup
 from .residual import RESIDUAL_MISTAKES, check_residual
+from .roll_back import ROLL_BACK_MISTAKES, check_roll_back
+from .tree_topk import TREE_MISTAKES, check_tree_topk
 from .verify import VERIFY_MISTAKES, argmax_draws, check_verify, letters_swapped

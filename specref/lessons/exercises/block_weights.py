@@ -16,8 +16,8 @@ import numpy as np
 from specref.proof import laws, stats
 from specref.proof.verdict import Limits
 
-from .grading import (SEED, TOL, F, Result, _call, _Case, _case, _Fail, _first_match, _fr, _grade, _pair, _row,
-                      _unchanged, _vectors)
+from .grading import (SEED, TOL, F, Result, _call, _Case, _case, _Fail, _first_match, _fr, _grade, _not_answered,
+                      _pair, _row, _unchanged, _vectors)
 
 
 _h, _q = F(1, 2), F(1, 4)
@@ -102,6 +102,7 @@ def check_block_weights(f: Callable) -> Result:
     """Grade f(x_draft [K], p [K, V], q [K+1, V]) -> w [K+1] as block verification's weights (checks: module docstring)."""
     def run(limits: Limits) -> str:
         all_cases = _block_cases()
+        _not_answered(limits, f, *all_cases[0].arrays())
         for case in all_cases:
             x_draft, p, q = case.arrays()
             K = len(x_draft)

@@ -23,7 +23,7 @@ from specref import mrs
 from specref.proof import laws, stats
 from specref.proof.verdict import Limits
 
-from .grading import SEED, TOL, F, Result, _Fail, _fmt, _grade, _number, _pair
+from .grading import SEED, TOL, F, Result, _Fail, _fmt, _grade, _not_answered, _number, _pair
 
 
 # Calls of mrs.verify in check_expected_tokens' simulation (once a session: its result is kept).
@@ -99,6 +99,7 @@ def _check_eq1(f, limits: Limits, points) -> None:  # Eq. 1 at each (alpha, gamm
 def check_expected_tokens(f: Callable) -> Result:
     """Grade f(alpha, gamma) -> float as Leviathan's Eq. 1, gamma + 1 at alpha = 1 (module docstring: the checks)."""
     def run(limits: Limits) -> str:
+        _not_answered(limits, f, 0.5, 2)
         _check_eq1(f, limits, [(a, g) for a in EXPECTED_ALPHAS for g in EXPECTED_GAMMAS])
         _check_eq1(f, limits, [(a, g) for a in _range_alphas() for g in range(MAX_GAMMA + 1)])
         check = "alpha = 1"

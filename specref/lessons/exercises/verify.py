@@ -37,8 +37,8 @@ from specref.proof import cases, laws, stats
 from specref.proof.bugs import broken, shipped
 from specref.proof.verdict import Limits
 
-from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest, _pair,
-                      _unchanged, _vectors)
+from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest,
+                      _not_answered, _pair, _unchanged, _vectors)
 from .uniforms import CONTROL, _Exhausted, _Listed, _TooDeep, _Unsupported, exact_law
 
 
@@ -402,6 +402,7 @@ def check_verify(f: Callable) -> Result:
         x_draft = np.array([1, 2])
         before = (x_draft.copy(), case.p.copy(), case.q.copy())
         args = (x_draft, case.p.copy(), case.q.copy())
+        _not_answered(limits, f, x_draft.copy(), case.p.copy(), case.q.copy(), np.random.default_rng(SEED))
         out = _call(limits, "contract", f, *args, np.random.default_rng(SEED), where="K = 2, V = 4, a real generator")
         _tokens(out, x_draft, case.p.shape[1], "contract", "K = 2, V = 4")
         _unchanged("contract", before, args, ("x_draft", "p", "q"))
