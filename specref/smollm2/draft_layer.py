@@ -142,7 +142,7 @@ def unrolled_mask(L: int, j: int):  # -> [L, j L] bool
 def attend(q, k, v, allowed):  # [B, n, H, hd], [B, Hkv, T, hd], [B, Hkv, T, hd], [n, T] -> [B, n, H*hd], probs
     """Grouped-query attention: query head h reads key/value head h // (H / Hkv)."""
     B, n, H, hd = q.shape
-    Hkv, T = k.shape[1], k.shape[2]
+    Hkv = k.shape[1]
     qg = q.reshape(B, n, Hkv, H // Hkv, hd).transpose(0, 2, 3, 1, 4)            # [B, Hkv, g, n, hd]
     scores = (qg @ k[:, :, None].swapaxes(-1, -2)) * hd ** -0.5              # [B, Hkv, g, n, T]
     scores = np.where(allowed, scores, -np.inf)
