@@ -1,0 +1,71 @@
+"""The draft's scaling curve: alpha on the target's own HumanEval completions against training positions.
+
+    python3 -m tools.draft_scaling_plot                 # reads figures/draft_scaling/*.json, writes scaling.png
+
+Each run's JSON is what `python -m specref train-draft --data-positions N --report FILE` writes (its
+"humaneval_alpha", measured by `specref.apps.draft_eval`); the shipped draft's comes from
+`train-draft --evaluate shipped --report FILE`.  The dashed lines are the targets (alpha >= 0.60 one step
+ahead, >= 0.45 three steps ahead, at T 0.8 / top-p 0.95).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+FOLDER = ROOT / "figures" / "draft_scaling"
+
+
+def runs(folder: pathlib.Path) -> list[dict]:
+    """(positions, steps, alpha by setting and steps ahead) of every training run's report in `folder`."""
+    out = []
+    for path in sorted(folder.glob("*.json")):
+        report = json.loads(path.read_text())
+        config = report.get("config")
+        if not config or not config.get("data_positions") or "humaneval_alpha" not in report:
+            continue                                   # the shipped draft's measurement, or not a training run
+        out.append({"name": path.stem, "positions": report["train_positions"], "steps": config["steps"],
+                    "hidden": config["hidden"], "alpha": report["humaneval_alpha"]})
+    return sorted(out, key=lambda r: r["positions"])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--folder", type=pathlib.Path, default=FOLDER)
+    args = parser.parse_args(argv)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    found = runs(args.folder)
+    if not found:
+        raise SystemExit(f"no training run reports (train-draft --data-positions N --report FILE) in {args.folder}")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [r["positions"] for r in found]
+    for k, color in (("1", "C0"), ("3", "C1")):
+        ax.plot(x, [r["alpha"]["nucleus"][k] for r in found], "o-", color=color, label=f"{k} ahead, T 0.8 / top-p 0.95")
+        ax.plot(x, [r["alpha"]["t1"][k] for r in found], "x:", color=color, label=f"{k} ahead, T 1")
+    ax.axhline(0.60, color="C0", ls="--", lw=0.8, label="target, 1 ahead")
+    ax.axhline(0.45, color="C1", ls="--", lw=0.8, label="target, 3 ahead")
+    shipped = args.folder / "shipped_draft_alpha.json"
+    if shipped.is_file():
+        a = json.loads(shipped.read_text())["humaneval_alpha"]["nucleus"]
+        positions = json.loads(shipped.read_text())["meta"]["train_positions"]
+        ax.plot([positions] * 2, [a["1"], a["3"]], "k*", label="shipped draft (standard library only)")
+    ax.set_xscale("log")
+    ax.set_xlabel("training positions")
+    ax.set_ylabel("alpha on the target's HumanEval completions")
+    steps = sorted({r["steps"] for r in found})
+    ax.set_title(f"MLP draft, {', '.join(map(str, steps))} Adam steps of 256")
+    ax.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = args.folder / "scaling.png"
+    fig.savefig(out, dpi=120)
+    print(f"wrote {out}: " + "; ".join(f"{r['positions']:,} positions: 1 ahead {r['alpha']['nucleus']['1']:.3f}, "
+                                         f"3 ahead {r['alpha']['nucleus']['3']:.3f}" for r in found))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
