@@ -437,18 +437,19 @@ for what, plain_ms, fast_ms in [
 # tokens occurred earlier, and never past the end of what followed that occurrence. It copies from where the
 # longest suffix it can find (up to 8 tokens) occurred last: when text repeats, a longer match is likelier to be
 # the same place in the repeat, where a 3-token match may be a different one. A call with nothing to copy
-# then costs one decode step instead of scoring $K + 1$ tokens on guesses. The predictions average Leviathan's
-# Eq. 1 over the calls' lengths (`specref.speedup.improvement_with_lengths`). One prompt, one run each, on the fast
-# path: noisy.
+# then costs one decode step instead of scoring $K + 1$ tokens on guesses. The model check averages Leviathan's
+# Eq. 1 over the calls' lengths (`specref.speedup.improvement_with_lengths`) with this run's own $\hat\alpha$ and
+# costs: a check of the model, not a prediction (K is given here, so nothing was predicted before the run). One
+# prompt, one run each, on the fast path: noisy.
 
 # %% tags=["machine"]
 results = []
 for T, top_p in [(0.0, None), (0.8, 0.95)]:
     base, _ = run("ArS", temperature=T, top_p=top_p, seed=3, target=fast)
-    results.append(demo.fill_prediction(base, base))
+    results.append(demo.fill_model_check(base, base))
     for d in ("prompt-lookup", "prompt-lookup-adaptive"):
         r, _ = run("SpS", draft=d, K=4, temperature=T, top_p=top_p, seed=3, target=fast)
-        results.append(demo.fill_prediction(r, base))
+        results.append(demo.fill_model_check(r, base))
         print(f"T = {T}, {d}: calls by tokens drafted (0..4): {r.stats.calls_by_drafted}")
 print()
 print(demo.table(results))

@@ -101,22 +101,14 @@ class Run:
     expected_token: float = float("nan")  # token-level verification's expected tokens per call on these drafts
     expected_block: float = float("nan")  # block verification's, on the same drafts and rows
     speedup: float = float("nan")  # over ArS with the same warp, same run
-    apriori: float | None = None  # predicted before the run, from the pilot and the costs measured before it
-                                  # (`KChoice.predicted`, `TreeChoice.predicted`); None: no a-priori prediction
-    model_check: float = float("nan")  # Theorem 3.8 with this run's own alpha, c and scoring cost (`model_check`):
-                                       # a check of the model's algebra, not a prediction
+    apriori: float | None = None  # predicted before the run by the pilot (`KChoice.predicted`, `TreeChoice.predicted`)
+    model_check: float = float("nan")  # Theorem 3.8 with this run's own alpha, c and scoring cost: not a prediction
     score_noise: bool = False  # the SpS call measured cheaper than a decode step: model check with a scoring cost of 1
     why_K: str = ""  # how K was chosen (`choose_K`), or "--K" when forced
     tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
     drawing: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
     why_tree: str = ""  # how the tree was chosen (`choose_tree`)
-
-    @property
-    def predicted(self) -> float:
-        """The old name of `model_check`, kept for notebooks 05 and 06 until they are changed: it is Theorem 3.8
-        with this run's own alpha and costs, NOT a prediction (the a-priori figure is `apriori`)."""
-        return self.model_check
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -208,9 +200,6 @@ def fill_model_check(result: Run, base: Run) -> Run:
         result.score_noise = speedup.plausible_score_cost(
             result.stats.target_ms_per_call / base.stats.target_ms_per_call)[1]
     return result
-
-
-fill_prediction = fill_model_check  # the old name, kept for notebooks 05 and 06 until they are changed
 
 
 K_CHOICES = 8        # K is chosen among 1..K_CHOICES

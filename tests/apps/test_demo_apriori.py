@@ -63,7 +63,7 @@ def test_the_prediction_comes_from_the_pilot_and_the_model_check_from_the_run(mo
         shape.parents, TREE_PILOT_PROFILE, PILOT_DRAFT_MS / DECODE_MS, COSTS[shape.size - 1]))
     assert tree.model_check == pytest.approx(speedup.tree_walltime_improvement(shape.parents, run_profile, 0.03, 1.2))
     assert ars.apriori == 1.0 and ars.model_check == 1.0
-    assert chain.predicted == chain.model_check  # the old name, kept for notebooks 05 and 06, is the model check
+    assert not hasattr(chain, "predicted")  # no name is left whose meaning changed
 
 
 def test_the_prediction_does_not_move_when_only_the_run_changes(monkeypatch):
