@@ -17,7 +17,9 @@
 #
 # **Run time** (Run All, measured on a 2-core machine): about 20 s; about 5 s with `SPECREF_QUICK=1`.
 #
-# The Qualcomm post on speculative decoding walks MRS through a 4-token vocabulary (its Figure 10):
+# The Qualcomm post on speculative decoding, ["Quadruple LLM Decoding Performance with Speculative Decoding (SpD)
+# and Microscaling (MX) Formats"](https://quic.github.io/cloud-ai-sdk-pages/latest/blogs/Speculative_Decode/spec_decode_ai100/index.html)
+# (N. Vaidhyanathan and A. Gokhale), walks MRS through a 4-token vocabulary (its Figure 10):
 # draft $P_D = [0.4, 0.3, 0.2, 0.1]$, target $P_T = [0.30, 0.45, 0.10, 0.15]$.
 # In Chen et al.'s letters (used by `specref`): $p = P_D$ is the draft, $q = P_T$ the target.
 #
