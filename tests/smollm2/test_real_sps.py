@@ -115,7 +115,10 @@ def test_demo_workloads_run_and_agree(smollm2, prompt_ids):
             assert 0 <= r.stats.alpha_hat <= 1 and 1 <= r.stats.tokens_per_target_call <= 5
     text = demo.table(results)
     footnote = any(r.score_noise for r in results)  # timing noise adds a line that explains the '*'
-    assert text.count("\n") == len(results) + 1 + footnote and "prompt-lookup" in text
+    # header, rule, one row per run, the two lines that say what "predicted" and "model check" are, and the
+    # line that explains "none" (K is given here, so no SpS row has a prediction made before the run)
+    assert text.count("\n") == 2 + len(results) + 2 + 1 + footnote - 1 and "prompt-lookup" in text
+    assert "none: no a-priori prediction" in text and all(r.apriori is None for r in results if r.method == "SpS")
     assert ("timing noise" in text) is footnote
     assert len(demo.verdicts(results)) == 4
 
