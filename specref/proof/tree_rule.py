@@ -28,7 +28,9 @@ def _normalised(row):
 
 
 def _as_float(row) -> np.ndarray:
-    return np.array([float(v) for v in row], dtype=np.float64)
+    if isinstance(row, np.ndarray) and row.dtype.kind == "f":  # the sampler's rows: already floats (a copy)
+        return row.astype(np.float64)
+    return np.array([float(v) for v in row], dtype=np.float64)  # the law's rows: Fractions
 
 
 class Coin:
@@ -70,6 +72,10 @@ def _own_token(tokens, node: int, accepted: int, last: int) -> int:
 
 
 def _q_without(q_row, p_row, tried):  # [V], [V], tried tokens -> [V]: verify_tree_topk's recovered weights
+    if isinstance(q_row, np.ndarray):  # the sampler's float rows, in O(V) array operations
+        w = q_row.copy()
+        w[list(tried)] = 0.0
+        return w if w.sum() > 0 else q_row.copy()
     w = [0 * v if y in tried else v for y, v in enumerate(q_row)]
     return w if sum(w) > 0 else list(q_row)  # rounding left nothing: q itself (documented in specref.mrs)
 

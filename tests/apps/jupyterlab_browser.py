@@ -231,6 +231,13 @@ return {path: w.context.path, ready: w.context.isReady && w.sessionContext.isRea
 """
 
 
+# The open notebook's model as nbformat 4 JSON, outputs included.
+_NOTEBOOK_JS = """
+const w = window.jupyterapp && window.jupyterapp.shell.currentWidget;
+return w && w.content && w.content.model ? w.content.model.toJSON() : null;
+"""
+
+
 class Browser:
     """Headless Chromium under chromedriver (Debian's), with selenium."""
 
@@ -271,6 +278,16 @@ class Browser:
 
     def state(self) -> dict | None:
         return self.js(_STATE_JS)
+
+    def notebook(self):
+        """The open notebook as JupyterLab holds it (its model, outputs included), as an nbformat notebook."""
+        import nbformat
+        nb = nbformat.from_dict(self.js(_NOTEBOOK_JS))
+        for cell in nb.cells:  # JupyterLab may keep a stream's text as a list of chunks
+            for out in cell.get("outputs", []):
+                if out.get("output_type") == "stream" and isinstance(out.get("text"), list):
+                    out["text"] = "".join(out["text"])
+        return nb
 
     def wait(self, what: str, condition, timeout: float, interval: float = 0.2):
         """Poll `condition()` until it returns something truthy; TimeoutError naming `what` otherwise."""

@@ -4,9 +4,12 @@ with the keyboard.
 One JupyterLab server (127.0.0.1, a random free port, a token) serves a temporary copy of the
 notebooks; SPECREF_QUICK=1 is in its environment, so its kernels run in quick mode.  For each
 notebook: opening it must not mark it modified (its kernel metadata is what JupyterLab writes),
-Run All must finish with no error output.  Notebook 04: alpha, gamma, c and c_hat are moved with
-the arrow keys, and the plot and the printed numbers must change to the model's numbers for the
-new values; the slider tracks must be equally long, aligned and long enough for every step.
+Run All must finish with no error output, and the printed outputs it leaves must be the committed
+ones (the staleness check of tests/apps/test_notebooks.py, which skips the notebooks this session
+runs here, so that each runs once).  These runs take minutes, so they are marked slow.  Notebook
+04: alpha, gamma, c and c_hat are moved with the arrow keys, and the plot and the printed numbers
+must change to the model's numbers for the new values; the slider tracks must be equally long,
+aligned and long enough for every step.
 Notebook 05: the generated code in the side-by-side tables must be left-aligned.
 
 Needs Debian's chromium and chromium-driver, selenium and JupyterLab (`.ci/run` installs them).
@@ -23,10 +26,11 @@ import time
 from pathlib import Path
 
 import matplotlib.image
+import nbformat
 import numpy as np
 import pytest
 
-from specref.lessons import widgets
+from specref.lessons import execute, widgets
 from tests.apps import jupyterlab_browser as lab_browser
 
 NOTEBOOKS = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
@@ -74,12 +78,20 @@ def notebook(lab, browser, request):
         assert not errors, f"{name}: error output:\n" + "\n".join(errors)
         not_run = [c["index"] for c in state["cells"] if c["count"] is None]
         assert not not_run, f"{name}: cells not run: {not_run}"
+        # its printed outputs, as Run All left them, against the committed ones (what the headless run checks
+        # on a machine without a browser: tests/apps/test_notebooks.py skips the notebooks run here)
+        fresh = execute.tidy(browser.notebook())
+        assert any(text for _, text in execute.deterministic_outputs(fresh)), f"{name}: no printed output read back"
+        stale = execute.stale_outputs(nbformat.read(ROOT / "notebooks" / name, as_version=4), fresh, name)
+        assert not stale, "\n".join(stale + ["the saved outputs are stale: python3 -m specref.lessons.execute "
+                                             + request.param])
         yield state
     finally:
         with contextlib.suppress(OSError):  # a server that died has no kernels left; keep the test's own error
             lab.shutdown_kernels()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", [n for n in NOTEBOOKS if n not in ("04_speedup_model", "05_real_model")],
                          indirect=True)
 def test_notebook_runs_in_jupyterlab(notebook, browser):
@@ -100,6 +112,7 @@ def _panel_text(values: dict) -> str:
     return widgets.format_panel(widgets.speedup_panel(**values))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", ["04_speedup_model"], indirect=True)
 def test_speedup_sliders_move_plot_and_numbers(notebook, browser):
     from selenium.webdriver.common.keys import Keys
@@ -143,6 +156,7 @@ def test_speedup_sliders_move_plot_and_numbers(notebook, browser):
         text, png = text_now, png_now
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("notebook", ["05_real_model"], indirect=True)
 def test_generated_code_is_left_aligned(notebook, browser):
     cells = browser.js("""

@@ -309,14 +309,16 @@ def test_bad_options_are_rejected(code_model, capsys):
 @pytest.mark.slow
 def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
     """The whole command on SmolLM2: 3 problems, a tiny budget; one completion hangs, one crashes,
-    and the run goes on and reports both as failures."""
+    and the run goes on and reports both as failures.  --no-bench-costs: measuring the scoring costs took half
+    of this test's minutes; the runs that measure them are checked with fixed costs below, and the measuring
+    itself on the real model by tests/smollm2/test_real_sps.py's demo runs."""
     out = tmp_path / "smoke.json"
     overrides = {
         "HumanEval/1": "    while True:\n        pass\n",  # hangs
         "HumanEval/2": "    import ctypes\n    ctypes.string_at(0)\n",  # segfaults
     }
     args = parse(["--limit", "3", "--max-new-tokens", "8", "--drafts", "prompt-lookup", "--K", "2",
-                  "--json", str(out), "--timeout", "1"], completion_overrides=overrides)
+                  "--json", str(out), "--timeout", "1", "--no-bench-costs"], completion_overrides=overrides)
     assert he.run(args, model=smollm2) == 0
     report = json.loads(out.read_text())
     records = [json.loads(line) for line in (tmp_path / "smoke.jsonl").read_text().splitlines()]
@@ -333,7 +335,7 @@ def test_smoke_real_model_with_a_hang_and_a_crash(tmp_path, smollm2, capsys):
         assert math.isfinite(r["ms_per_token"]) and r["speedup"] > 0
         if r["method"] == "SpS":
             assert 0 <= r["alpha"] <= 1 and math.isfinite(r["model_check_speedup"])
-            assert math.isfinite(r["model_check_speedup_bench"])
+            assert "model_check_speedup_bench" not in r  # --no-bench-costs: no costs to check it with
             assert r["predicted_speedup"] is None and r["predicted_note"] == he_report.NO_PILOT  # --K 2: no pilot
     assert len(report["parity"]) == 2
     printed = capsys.readouterr().out

@@ -9,8 +9,9 @@ need no model take 6 to 30 s each on a 2-core machine (docs/notebooks.md has eac
 default only 02 is re-executed, to keep the default run short, and `python3 -m pytest --slow` (CI)
 re-executes all of them; 00, 05 and 06 load SmolLM2-135M and take a minute or more.
 
-tests/apps/test_browser.py runs them again as a learner sees them (Run All in JupyterLab in Chromium,
-the sliders moved), which needs Chromium.  tests/apps/test_notebook_pairs.py checks that each
+tests/apps/test_browser.py runs them as a learner sees them (Run All in JupyterLab in Chromium, the
+sliders moved), which needs Chromium, and checks the same saved outputs: a notebook that a browser
+test of the same session runs is skipped here, so that CI runs each notebook once.  tests/apps/test_notebook_pairs.py checks that each
 notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.lessons.plots`,
 which must not import the model's code: checked here in a fresh interpreter.
 """
@@ -57,8 +58,21 @@ def execute_notebook(path: Path, cell_timeout: float) -> list[str]:
     return execute.execute(path, cell_timeout)[1]
 
 
-def _run(name: str) -> None:
+def _run_in_jupyterlab(session, name: str) -> str | None:
+    """The browser test of this session that runs notebook `name` in JupyterLab, if one will: it checks the
+    same saved outputs, so the notebook is not run twice (None when there is none, or no browser to run it)."""
+    from tests.apps import jupyterlab_browser as lab_browser
+    if lab_browser.missing() is not None:
+        return None
+    return next((item.nodeid for item in session.items if item.nodeid.startswith("tests/apps/test_browser.py::")
+                 and item.nodeid.endswith(f"[{name}]") and item.get_closest_marker("skip") is None), None)
+
+
+def _run(name: str, session=None) -> None:
     """Run the notebook headless, then compare its deterministic outputs with the saved ones."""
+    browser_test = session is not None and _run_in_jupyterlab(session, name)
+    if browser_test:
+        pytest.skip(f"{name} runs in JupyterLab in this session ({browser_test}), which checks its saved outputs")
     start = time.perf_counter()
     path = ROOT / "notebooks" / f"{name}.ipynb"
     fresh, problems = execute.execute(path, CELL_TIMEOUT[name])
@@ -73,15 +87,15 @@ def _run(name: str) -> None:
 
 @pytest.mark.default_cases("02_toy_mrs")
 @pytest.mark.parametrize("name", QUICK_NOTEBOOKS)
-def test_notebook_runs_headless(name):
-    _run(name)
+def test_notebook_runs_headless(name, request):
+    _run(name, request.session)
 
 
 @pytest.mark.slow
 @pytest.mark.time_limit(1800)  # each cell may take 600 s (CELL_TIMEOUT), a first model load measures its plan
 @pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
-def test_model_notebook_runs_headless(name):
-    _run(name)
+def test_model_notebook_runs_headless(name, request):
+    _run(name, request.session)
 
 
 def test_a_failing_cell_is_named(tmp_path):

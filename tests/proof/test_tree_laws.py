@@ -393,3 +393,27 @@ def test_mrs_verifiers_are_the_registry_references():
     assert tree.ALGORITHMS["tree-rrs"].verifier is mrs_tree.verify_tree_rrs
     for alg in tree.ALGORITHMS.values():
         assert len({b.name for b in alg.bugs}) == len(alg.bugs) and all(b.about for b in alg.bugs)
+
+
+# ---------------------------------------------------------------- the sampler's array path is the law's
+
+@pytest.mark.parametrize("piece", [tree_rule._q_without, tree_bugs._stale_residual], ids=["q_without", "stale_residual"])
+def test_the_recovered_weights_on_float_arrays_equal_the_weights_the_law_computes(piece):
+    """The rules' recovered-token weights have two paths: lists of Fractions for the exact law, and NumPy arrays in
+    O(V) for the sampler (a large-vocabulary call would otherwise loop over V in Python).  They must agree, zeros,
+    all-rejected rows and the all-zero fallback included."""
+    rng = np.random.default_rng(5)
+    for t in range(600):
+        V = int(rng.integers(2, 7))
+        q, p = rng.dirichlet(np.ones(V)), rng.dirichlet(np.ones(V))
+        if t % 4 == 0:
+            q[rng.integers(V)] = 0.0
+        if t % 7 == 0:
+            p = q.copy()  # max(0, q - p) is all zero: the fallback
+        tried = [int(x) for x in rng.choice(V, size=int(rng.integers(0, V + 1)), replace=False)]
+        if t % 9 == 0:
+            tried = list(range(V))  # every token rejected: q without them is all zero, the fallback
+        exact = piece([Fraction(float(v)) for v in q], [Fraction(float(v)) for v in p], tried)
+        fast = piece(q, p, tried)
+        assert isinstance(fast, np.ndarray) and not np.shares_memory(fast, q)
+        assert np.array_equal(fast, tree_rule._as_float(exact)), (q, p, tried, fast, exact)

@@ -48,6 +48,14 @@ def _stale_residual(q_row, p_row, tried):  # [V], [V], tried tokens -> [V] weigh
     # SGLang's kernel draws the recovered token from relu(q - draft_probs), where draft_probs holds q(c) at each
     # rejected child and, before the fix, whatever the buffer held elsewhere (empty_like): modelled as the
     # draft's own row p.  An all-zero relu gives the kernel's initial id, V - 1.
+    if isinstance(q_row, np.ndarray):  # the sampler's float rows, in O(V) array operations
+        stale = np.array(p_row, dtype=np.float64)
+        stale[list(tried)] = q_row[list(tried)]
+        r = np.maximum(q_row - stale, 0.0)
+        if r.sum() > 0:
+            return r
+        r[-1] = 1.0
+        return r
     stale = [q_row[y] if y in tried else v for y, v in enumerate(p_row)]
     r = [max(0 * v, v - u) for u, v in zip(stale, q_row)]
     return r if sum(r) > 0 else [0 * v for v in q_row[:-1]] + [1 + 0 * q_row[-1]]
