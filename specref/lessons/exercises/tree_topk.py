@@ -35,7 +35,7 @@ from specref.proof.verdict import Limits
 from specref.trees import children_of
 
 from .grading import SEED, TOL, F, Result, _call, _Fail, _fmt, _grade, _likeliest, _not_answered, _pair
-from .uniforms import CONTROL, _Exhausted, _Listed, _TooDeep, _Unsupported, exact_law
+from .uniforms import CONTROL, _Listed, _TooDeep, _Unsupported, exact_law, replay
 from .verify import NOT_EXACT
 
 
@@ -266,20 +266,9 @@ def _tree_chi_square(f, limits: Limits) -> str:
 
 
 def _replay(f, case: dict, limits: Limits):  # a vector's tokens from f, or what went wrong
-    rng = _Listed(case["uniforms"])
-    args = (np.array(case["tokens"], dtype=np.int64), np.array(case["parents"], dtype=np.int64),
-            np.array(case["p"], dtype=np.float64), np.array(case["q"], dtype=np.float64), rng)
-    try:
-        tokens = [int(v) for v in np.asarray(limits.call(f, *args)).reshape(-1)]
-    except _Unsupported:
-        raise
-    except _Exhausted:
-        return f"a draw past the {len(rng.uniforms)} listed uniforms"
-    except Exception as e:  # noqa: BLE001
-        return f"raised {type(e).__name__}: {e}"
-    if rng.used != len(rng.uniforms):
-        return f"{tokens} after drawing {rng.used} of the {len(rng.uniforms)} listed uniforms"
-    return tokens
+    return replay(f, (np.array(case["tokens"], dtype=np.int64), np.array(case["parents"], dtype=np.int64),
+                      np.array(case["p"], dtype=np.float64), np.array(case["q"], dtype=np.float64)),
+                  case["uniforms"], limits)
 
 
 @functools.cache

@@ -126,6 +126,25 @@ class _Listed(_Uniforms):
         return self.uniforms[self.used - 1] if self.used <= len(self.uniforms) else self.tail
 
 
+def replay(f, args: tuple, uniforms, limits=None):  # a vector's inputs and uniforms -> f's tokens, or what went wrong
+    """f(*args, rng) with rng drawing exactly `uniforms` (a vector's), under `limits` (a verdict.Limits) if given:
+    its output as a list of ints, or a sentence saying what went wrong (an exception, a draw past the list, or
+    uniforms left over).  _Unsupported (a draw other than random()) propagates: the caller says what it means."""
+    rng = _Listed(uniforms)
+    try:
+        out = limits.call(f, *args, rng) if limits is not None else f(*args, rng)
+        tokens = [int(v) for v in np.asarray(out).reshape(-1)]
+    except _Unsupported:
+        raise
+    except _Exhausted:
+        return f"a draw past the {len(rng.uniforms)} listed uniforms"
+    except Exception as e:  # noqa: BLE001
+        return f"raised {type(e).__name__}: {e}"
+    if rng.used != len(rng.uniforms):
+        return f"{tokens} after drawing {rng.used} of the {len(rng.uniforms)} listed uniforms"
+    return tokens
+
+
 class _Cells:
     """The cells of [0, 1) for each uniform a call draws, the first, the second, ...: the edges all share, and
     those found for one of them (a switch is found for the j-th uniform drawn, and cuts only its cells)."""

@@ -39,7 +39,7 @@ from specref.proof.verdict import Limits
 
 from .grading import (N_CALLS, SEED, TOL, F, Result, _Case, _case, _call, _Fail, _fmt, _grade, _likeliest,
                       _not_answered, _pair, _unchanged, _vectors)
-from .uniforms import CONTROL, _Exhausted, _Listed, _TooDeep, _Unsupported, exact_law
+from .uniforms import CONTROL, _Listed, _TooDeep, _Unsupported, exact_law, replay
 
 
 # The verdict of a function whose randomness the grader cannot choose: it does not pass.
@@ -319,20 +319,8 @@ def _verify_edges(f, limits: Limits) -> None:
 
 
 def _replay(f, case: dict, limits: Limits | None):  # a vector's tokens from f, or what went wrong
-    rng = _Listed(case["uniforms"])
-    args = (np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]), np.array(case["q"]), rng)
-    try:
-        out = limits.call(f, *args) if limits is not None else f(*args)
-        tokens = [int(v) for v in np.asarray(out).reshape(-1)]
-    except _Unsupported:
-        raise
-    except _Exhausted:
-        return f"a draw past the {len(rng.uniforms)} listed uniforms"
-    except Exception as e:  # noqa: BLE001
-        return f"raised {type(e).__name__}: {e}"
-    if rng.used != len(rng.uniforms):
-        return f"{tokens} after drawing {rng.used} of the {len(rng.uniforms)} listed uniforms"
-    return tokens
+    return replay(f, (np.array(case["x_draft"], dtype=np.int64), np.array(case["p"]), np.array(case["q"])),
+                  case["uniforms"], limits)
 
 
 def _vector_tokens(f, limits: Limits) -> tuple[list, list, list]:  # the vectors, f's tokens on them, those that differ
