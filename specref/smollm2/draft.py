@@ -196,6 +196,23 @@ def load_draft(path=None, V: int = 49152) -> DraftWeights:
 
 # ---- the draft as a specref model ------------------------------------------------------------------
 
+def target_states_for(target, tokens, k: int, V: int) -> tuple[np.ndarray, int, int]:  # [n], k -> tokens, n - k, L
+    """What a draft on the target's states needs before predicting the states of the last k of `tokens`: the tokens
+    checked, `first` = n - k (1 <= first < n: position 0 has no state before it), and L, the length of the prefix
+    for which the target's cache holds its states (positions < L).  A target that has not read this prompt, or is
+    more than MAX_AHEAD positions behind, reads tokens[:first] first."""
+    a = check_tokens(tokens, V)
+    n = len(a)
+    first = n - k
+    if not 1 <= first < n:
+        raise ValueError(f"k = {k} rows of predicted states requested from {n} tokens; need 1 <= k <= {n - 1}")
+    L = target.cache.shared_prefix(a)
+    if L == 0 or first - L > MAX_AHEAD:
+        target.final_states(a[:first], 1)
+        L = target.cache.shared_prefix(a)
+    return a, first, L
+
+
 class NeuralDraft:
     """The trained draft as a specref model: next_probs(tokens, k) -> float64 [k, V], 0 outside the kept tokens.
 
@@ -225,16 +242,8 @@ class NeuralDraft:
 
     def states(self, tokens, k: int) -> np.ndarray:  # [n], int -> float32 [k, d]
         """The draft's predicted states s~ of the last k positions (k < n: position 0 has none)."""
-        a = check_tokens(tokens, self.V)
-        n = len(a)
-        first = n - k
-        if not 1 <= first < n:
-            raise ValueError(f"k = {k} rows of predicted states requested from {n} tokens; need 1 <= k <= {n - 1}")
-        cache = self.target.cache
-        L = cache.shared_prefix(a)                # the target's states exist for positions < L
-        if L == 0 or first - L > MAX_AHEAD:       # the target has not seen this prompt: let it read it
-            self.target.final_states(a[:first], 1)
-            L = cache.shared_prefix(a)
+        a, first, L = target_states_for(self.target, tokens, k, self.V)
+        n, cache = len(a), self.target.cache
         c0 = min(first, L)                        # the chain starts from a state of the target's
         reuse = self._shared(a) if len(self.tokens) else 0   # tokens[:reuse] agree with the last call
         rows, prev, fresh = [], None, False

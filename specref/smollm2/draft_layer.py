@@ -43,7 +43,6 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from specref.files import replacing
-from specref.protocol import check_tokens
 from specref.smollm2 import draft as nd
 from specref.smollm2.model import rope_rotations
 
@@ -435,16 +434,8 @@ class LayerDraft(nd.NeuralDraft):
 
     def states(self, tokens, k: int) -> np.ndarray:  # [n], int -> float32 [k, d]
         """The draft's predicted states s~ of the last k positions (k < n: position 0 has none)."""
-        a = check_tokens(tokens, self.V)
-        n = len(a)
-        first = n - k
-        if not 1 <= first < n:
-            raise ValueError(f"k = {k} rows of predicted states requested from {n} tokens; need 1 <= k <= {n - 1}")
-        target = self.target.cache
-        L = target.shared_prefix(a)               # the target's states exist for positions < L
-        if L == 0 or first - L > nd.MAX_AHEAD:
-            self.target.final_states(a[:first], 1)
-            L = target.shared_prefix(a)
+        a, first, L = nd.target_states_for(self.target, tokens, k, self.V)
+        n, target = len(a), self.target.cache
         keep = min(self._shared(a) - 1, self.cache.length)   # entry p depends on tokens[:p + 1]
         if L != self.L:                                        # entries whose source changed are redone
             keep = min(keep, L, self.L)
