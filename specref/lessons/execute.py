@@ -143,6 +143,13 @@ def stale_outputs(saved, fresh, name: str = "notebook") -> list[str]:
     return problems
 
 
+def stale_against_saved(path: Path, fresh) -> list[str]:
+    """Where a fresh run of the notebook at `path` (tidied here) prints something other than the saved one; []
+    when the saved outputs are current."""
+    import nbformat
+    return stale_outputs(nbformat.read(path, as_version=4), tidy(fresh), path.name)
+
+
 def nb_source_lines(nb, index: int) -> list[str]:
     return nb.cells[index].source.splitlines()
 
@@ -190,7 +197,7 @@ def main(argv=None) -> int:
             continue
         tidy(nb)
         if args.check:
-            stale = stale_outputs(nbformat.read(path, as_version=4), nb, path.name)
+            stale = stale_against_saved(path, nb)
             print("\n".join(stale) if stale else f"{path.name}: saved outputs are current ({took:.0f} s)")
             failed |= bool(stale)
             continue

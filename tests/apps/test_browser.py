@@ -26,12 +26,12 @@ import time
 from pathlib import Path
 
 import matplotlib.image
-import nbformat
 import numpy as np
 import pytest
 
 from specref.lessons import execute, widgets
 from tests.apps import jupyterlab_browser as lab_browser
+from tests.apps import test_notebooks
 
 NOTEBOOKS = ["00_why_fast", "01_theorem1", "02_toy_mrs", "03_chi_square", "04_speedup_model", "05_real_model",
             "06_making_a_draft", "07_block_verification", "08_trees"]
@@ -82,9 +82,7 @@ def notebook(lab, browser, request):
         # on a machine without a browser: tests/apps/test_notebooks.py skips the notebooks run here)
         fresh = execute.tidy(browser.notebook())
         assert any(text for _, text in execute.deterministic_outputs(fresh)), f"{name}: no printed output read back"
-        stale = execute.stale_outputs(nbformat.read(ROOT / "notebooks" / name, as_version=4), fresh, name)
-        assert not stale, "\n".join(stale + ["the saved outputs are stale: python3 -m specref.lessons.execute "
-                                             + request.param])
+        test_notebooks.fail_if_stale(ROOT / "notebooks" / name, fresh)
         yield state
     finally:
         with contextlib.suppress(OSError):  # a server that died has no kernels left; keep the test's own error

@@ -11,8 +11,8 @@ re-executes all of them; 00, 05 and 06 load SmolLM2-135M and take a minute or mo
 
 tests/apps/test_browser.py runs them as a learner sees them (Run All in JupyterLab in Chromium, the
 sliders moved), which needs Chromium, and checks the same saved outputs: a notebook that a browser
-test of the same session runs is skipped here, so that CI runs each notebook once.  tests/apps/test_notebook_pairs.py checks that each
-notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.lessons.plots`,
+test of the same session runs is skipped here, so that CI runs each notebook once.
+tests/apps/test_notebook_pairs.py checks that each notebooks/NN_name.py and its .ipynb have the same cells.  The notebooks draw with `specref.lessons.plots`,
 which must not import the model's code: checked here in a fresh interpreter.
 """
 
@@ -68,9 +68,18 @@ def _run_in_jupyterlab(session, name: str) -> str | None:
                  and item.nodeid.endswith(f"[{name}]") and item.get_closest_marker("skip") is None), None)
 
 
-def _run(name: str, session=None) -> None:
+def fail_if_stale(path: Path, fresh) -> None:
+    """Fail, naming each cell and the command that refreshes them, if a fresh run of the notebook at `path`
+    prints something other than its saved outputs (also the browser test's check, on JupyterLab's run)."""
+    stale = execute.stale_against_saved(path, fresh)
+    if stale:
+        pytest.fail("\n".join(stale + ["the saved outputs are stale: python3 -m specref.lessons.execute " + path.stem]),
+                    pytrace=False)
+
+
+def _run(name: str, session) -> None:
     """Run the notebook headless, then compare its deterministic outputs with the saved ones."""
-    browser_test = session is not None and _run_in_jupyterlab(session, name)
+    browser_test = _run_in_jupyterlab(session, name)
     if browser_test:
         pytest.skip(f"{name} runs in JupyterLab in this session ({browser_test}), which checks its saved outputs")
     start = time.perf_counter()
@@ -79,10 +88,7 @@ def _run(name: str, session=None) -> None:
     if problems:
         pytest.fail("\n".join(problems), pytrace=False)
     print(f"{name}.ipynb ran headless in {time.perf_counter() - start:.1f} s")
-    stale = execute.stale_outputs(nbformat.read(path, as_version=4), execute.tidy(fresh), path.name)
-    if stale:
-        pytest.fail("\n".join(stale + ["the saved outputs are stale: python3 -m specref.lessons.execute " + name]),
-                    pytrace=False)
+    fail_if_stale(path, fresh)
 
 
 @pytest.mark.default_cases("02_toy_mrs")
@@ -134,6 +140,19 @@ def test_a_stale_output_is_named():
     assert len(stale) == 1 and stale[0].startswith(f"02: cell {index + 1} ") and "p-value 0.999" in stale[0], stale
     saved.cells[index].metadata["tags"] = [execute.MACHINE_TAG]
     assert execute.stale_outputs(saved, fresh, "02") == []
+
+
+def test_the_check_both_runs_use_fails_a_stale_saved_notebook(tmp_path):
+    """fail_if_stale (the headless run's and the browser test's check) against a saved copy with one edited p-value."""
+    path = ROOT / "notebooks" / "02_toy_mrs.ipynb"
+    fresh, saved = nbformat.read(path, as_version=4), nbformat.read(path, as_version=4)
+    fail_if_stale(path, fresh)  # the committed outputs against themselves: current
+    index = next(i for i, t in execute.deterministic_outputs(saved) if "p-value" in t)
+    out = next(o for o in saved.cells[index].outputs if o.output_type == "stream")
+    out.text = re.sub(r"p-value (\d\.\d+)", "p-value 0.999", out.text)
+    nbformat.write(saved, tmp_path / path.name)
+    with pytest.raises(pytest.fail.Exception, match="python3 -m specref.lessons.execute 02_toy_mrs"):
+        fail_if_stale(tmp_path / path.name, fresh)
 
 
 def test_figures_and_progress_lines_are_not_compared():

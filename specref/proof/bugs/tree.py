@@ -49,8 +49,8 @@ def _stale_residual(q_row, p_row, tried):  # [V], [V], tried tokens -> [V] weigh
     # rejected child and, before the fix, whatever the buffer held elsewhere (empty_like): modelled as the
     # draft's own row p.  An all-zero relu gives the kernel's initial id, V - 1.
     if isinstance(q_row, np.ndarray):  # the sampler's float rows, in O(V) array operations
-        stale = np.array(p_row, dtype=np.float64)
-        stale[list(tried)] = q_row[list(tried)]
+        stale, tried = np.array(p_row, dtype=np.float64), list(tried)
+        stale[tried] = q_row[tried]
         r = np.maximum(q_row - stale, 0.0)
         if r.sum() > 0:
             return r
