@@ -23,10 +23,15 @@
 
 import os
 
-import pytest
+# One OpenBLAS thread per process, as `python3 -m specref` has it (see its docstring): the suite runs in one worker
+# per core (pytest-xdist, pytest.ini), and BLAS threads beside the workers and the fast path's own thread team would
+# fight over the same cores.  OpenBLAS reads it once, when NumPy is imported, which the imports below do.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from specref.proof import verdict
-from specref.smollm2 import load_smollm2
+import pytest  # noqa: E402
+
+from specref.proof import verdict  # noqa: E402
+from specref.smollm2 import load_smollm2  # noqa: E402
 
 pytest_plugins = ["pytester"]  # tests/core/test_suite_tiers.py runs pytest on this file
 
@@ -51,6 +56,15 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "default_cases(*ids): only these parametrized cases run without --slow")
     config.addinivalue_line("markers", "slow_cases(*ids): these parametrized cases run only with --slow")
     config.addinivalue_line("markers", "time_limit(seconds): this test's hang guard, when it needs more than --time-limit")
+
+
+MAX_WORKERS = 4  # each worker loads its own copy of the model (about 0.6 GB of float32 weights)
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pytest.ini): one worker per core this process may use, at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(cores, MAX_WORKERS))
 
 
 def run_slow(config) -> bool:

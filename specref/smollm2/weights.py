@@ -105,8 +105,10 @@ def _advice(path) -> str:
             "(it will be downloaded again).")
 
 
-def _open(path) -> gguf.GGUFReader:
-    """Open a GGUF file, turning the reader's low-level errors into a WeightsError with advice."""
+def open_gguf(path) -> gguf.GGUFReader:
+    """Open a GGUF file, turning the reader's low-level errors into a WeightsError with advice.  Parsing the
+    metadata (the vocabulary's 49,152 strings) takes seconds: a loader opens the file once and reads both the
+    weights and the tokenizer from this reader."""
     path = pathlib.Path(path)
     if not path.is_file():
         raise WeightsError(f"no GGUF file at {path}; call specref.smollm2.weights.gguf_path() to fetch it")
@@ -171,9 +173,10 @@ def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
     return a
 
 
-def load_weights(path) -> Weights:
-    """Read a Llama GGUF file into float32 Weights of [in, out] matrices, every shape checked."""
-    reader = _open(path)
+def load_weights(path, reader: gguf.GGUFReader | None = None) -> Weights:
+    """Read a Llama GGUF file into float32 Weights of [in, out] matrices, every shape checked (from `reader`,
+    `open_gguf(path)`, if the caller has opened it already)."""
+    reader = reader if reader is not None else open_gguf(path)
     c = read_config(reader, path)
     tensors = {t.name: t for t in reader.tensors}
     d, f = c.d_model, c.d_ff

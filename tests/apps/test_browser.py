@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parents[2]
 RUN_TIMEOUT = 150  # seconds for Run All of one notebook in quick mode (the slowest takes about 45 s alone)
 MODEL_RUN_TIMEOUT = 600  # the notebooks that load the model: 06 took up to 290 s headless on a busy machine
 MODEL_NOTEBOOKS = ("00_why_fast", "05_real_model", "06_making_a_draft")
+# one JupyterLab and one Chromium (the module's fixtures) for every test here: pytest-xdist keeps them in one worker
+pytestmark = pytest.mark.xdist_group("jupyterlab")
 
 
 @pytest.fixture(scope="module")

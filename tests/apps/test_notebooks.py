@@ -64,8 +64,9 @@ def _run_in_jupyterlab(session, name: str) -> str | None:
     from tests.apps import jupyterlab_browser as lab_browser
     if lab_browser.missing() is not None:
         return None
-    return next((item.nodeid for item in session.items if item.nodeid.startswith("tests/apps/test_browser.py::")
-                 and item.nodeid.endswith(f"[{name}]") and item.get_closest_marker("skip") is None), None)
+    ids = ((item, item.nodeid.partition("@")[0]) for item in session.items)  # pytest-xdist appends "@group" to an id
+    return next((nodeid for item, nodeid in ids if nodeid.startswith("tests/apps/test_browser.py::")
+                 and nodeid.endswith(f"[{name}]") and item.get_closest_marker("skip") is None), None)
 
 
 def fail_if_stale(path: Path, fresh) -> None:
@@ -102,6 +103,26 @@ def test_notebook_runs_headless(name, request):
 @pytest.mark.parametrize("name", MODEL_NOTEBOOKS)
 def test_model_notebook_runs_headless(name, request):
     _run(name, request.session)
+
+
+def test_a_notebook_the_browser_test_runs_is_found_under_xdist_ids_too(monkeypatch):
+    """The headless run is skipped for a notebook that a browser test of the session runs, whether or not
+    pytest-xdist has appended the browser tests' "@jupyterlab" group to their ids; never for a skipped one."""
+    from types import SimpleNamespace
+
+    from tests.apps import jupyterlab_browser as lab_browser
+    monkeypatch.setattr(lab_browser, "missing", lambda: None)
+
+    def item(nodeid, skipped=False):
+        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: object() if skipped else None)
+
+    test = "tests/apps/test_browser.py::test_notebook_runs_in_jupyterlab"
+    for suffix in ("", "@jupyterlab"):
+        session = SimpleNamespace(items=[item(f"{test}[01_theorem1]{suffix}", skipped=True),
+                                         item(f"{test}[02_toy_mrs]{suffix}")])
+        assert _run_in_jupyterlab(session, "02_toy_mrs") == f"{test}[02_toy_mrs]"
+        assert _run_in_jupyterlab(session, "01_theorem1") is None
+        assert _run_in_jupyterlab(session, "03_chi_square") is None
 
 
 def test_a_failing_cell_is_named(tmp_path):
