@@ -41,11 +41,18 @@ def main(argv=None) -> int:
     found = runs(args.folder)
     if not found:
         raise SystemExit(f"no training run reports (train-draft --data-positions N --report FILE) in {args.folder}")
-    fig, ax = plt.subplots(figsize=(6, 4))
-    x = [r["positions"] for r in found]
+    fig, ax = plt.subplots(figsize=(9, 4))
+    steps = sorted({r["steps"] for r in found}, key=lambda n: (-sum(r["steps"] == n for r in found), n))
+    curve = [r for r in found if r["steps"] == steps[0]]  # the curve: the step count most runs used (equal compute)
+    x = [r["positions"] for r in curve]
     for k, color in (("1", "C0"), ("3", "C1")):
-        ax.plot(x, [r["alpha"]["nucleus"][k] for r in found], "o-", color=color, label=f"{k} ahead, T 0.8 / top-p 0.95")
-        ax.plot(x, [r["alpha"]["t1"][k] for r in found], "x:", color=color, label=f"{k} ahead, T 1")
+        ax.plot(x, [r["alpha"]["nucleus"][k] for r in curve], "o-", color=color,
+                label=f"{k} ahead, T 0.8 / top-p 0.95, {steps[0]} steps")
+        ax.plot(x, [r["alpha"]["t1"][k] for r in curve], "x:", color=color, label=f"{k} ahead, T 1, {steps[0]} steps")
+        for n, marker in zip(steps[1:], "s^vD"):  # runs with more (or fewer) steps: points beside the curve
+            more = [r for r in found if r["steps"] == n]
+            ax.plot([r["positions"] for r in more], [r["alpha"]["nucleus"][k] for r in more], marker, color=color,
+                    mfc="none", label=f"{k} ahead, T 0.8 / top-p 0.95, {n} steps")
     ax.axhline(0.60, color="C0", ls="--", lw=0.8, label="target, 1 ahead")
     ax.axhline(0.45, color="C1", ls="--", lw=0.8, label="target, 3 ahead")
     shipped = args.folder / "shipped_draft_alpha.json"
@@ -56,13 +63,12 @@ def main(argv=None) -> int:
     ax.set_xscale("log")
     ax.set_xlabel("training positions")
     ax.set_ylabel("alpha on the target's HumanEval completions")
-    steps = sorted({r["steps"] for r in found})
-    ax.set_title(f"MLP draft, {', '.join(map(str, steps))} Adam steps of 256")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_title("MLP draft, Adam steps of 256 examples")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))  # beside the plot, off the curves
     fig.tight_layout()
     out = args.folder / "scaling.png"
     fig.savefig(out, dpi=120)
-    print(f"wrote {out}: " + "; ".join(f"{r['positions']:,} positions: 1 ahead {r['alpha']['nucleus']['1']:.3f}, "
+    print(f"wrote {out}: " + "; ".join(f"{r['positions']:,} positions, {r['steps']} steps: 1 ahead {r['alpha']['nucleus']['1']:.3f}, "
                                          f"3 ahead {r['alpha']['nucleus']['3']:.3f}" for r in found))
     return 0
 

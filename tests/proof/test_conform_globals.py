@@ -4,8 +4,8 @@ A verifier that draws its coins from Python's `random.random()` or NumPy's globa
 injected uniforms while the exact tier runs, so its edge cases see the coin at u = 0: the inclusive coin
 `u <= ratio` fails and the strict `u < ratio` (its negative control) passes.  A verifier whose randomness the
 checker cannot reach is reported as "exact tier not run" with what to change, and its pass says so.  These are
-exact checks: they cannot fail a correct verifier by chance.  (torch is driven the same way when imported; it is
-not installed here, so its functions are not tested.)
+exact checks: they cannot fail a correct verifier by chance.  (torch is driven the same way when imported:
+tests/proof/test_conform_torch.py, which runs where torch is installed.)
 """
 
 import random
