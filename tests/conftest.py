@@ -63,8 +63,8 @@ MAX_WORKERS = 4  # each worker loads its own copy of the model (about 0.6 GB of 
 
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pytest.ini): one worker per core this process may use, at most MAX_WORKERS."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(cores, MAX_WORKERS))
+    from specref.fast.machine import cores
+    return max(1, min(cores(), MAX_WORKERS))
 
 
 def run_slow(config) -> bool:

@@ -3,7 +3,8 @@ handed in (`--rng torch`), tensors as inputs (`--arrays torch`), and torch resee
 
 torch is not among the project's packages (the samplers and the model are NumPy), so these tests run where a user
 has it installed and skip elsewhere, saying so.  They are exact checks: a correct verifier cannot fail them by
-chance, and each has its negative control (the inclusive coin `u <= ratio`, which the strict coin passes).
+chance.  The inclusive coin `u <= ratio` must fail where the strict coin passes, and the unseeded verifier must
+differ where the reseeded one repeats.
 """
 
 import numpy as np
@@ -11,11 +12,12 @@ import pytest
 
 from specref import mrs
 from specref.proof import conform
-from specref.proof.conform import globalrng, run
+from specref.proof.conform import globalrng
 from specref.proof.vectors import ListedUniforms
-from specref.proof.verdict import Limits
+from tests.proof.test_conform_globals import exact_tier
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the checker's torch paths are not tested here")
+X, P, Q = np.array([1, 0]), np.full((2, 3), 1 / 3), np.array([[0.2, 0.3, 0.5]] * 3)  # two drafts, V = 3
 
 
 def torch_global_chain(strict: bool):
@@ -33,12 +35,6 @@ def torch_global_chain(strict: bool):
     return verify
 
 
-def exact_tier(function, adapter, algorithm="token"):
-    verifier = conform.Guarded(conform.adapt(function, adapter, algorithm), Limits(10.0, 60.0, "verifier call"),
-                               conform.CHAIN_CALL)
-    return run._exact_tier(verifier, algorithm, adapter, True)
-
-
 def test_torch_global_draws_take_the_checkers_uniforms_and_are_restored():
     rand, multinomial = torch.rand, torch.multinomial
     with globalrng.driven(ListedUniforms([0.0, 0.3, 0.99, 1 - 1e-12])) as u:
@@ -53,10 +49,10 @@ def test_torch_global_draws_take_the_checkers_uniforms_and_are_restored():
 
 
 def test_an_inclusive_coin_from_torchs_global_generator_fails_the_exact_tier_and_a_strict_one_passes():
-    inclusive = {c.name: c for c in exact_tier(torch_global_chain(strict=False), conform.Adapter(rng="none"))}
+    inclusive = {c.name: c for c in exact_tier(torch_global_chain(strict=False), conform.Adapter(rng="none"), "token")}
     failed = [name for name, c in inclusive.items() if c.passed is False]
     assert failed and "exact tier not run" not in inclusive, [c.line() for c in inclusive.values()]
-    checks = exact_tier(torch_global_chain(strict=True), conform.Adapter(rng="none"))  # the negative control
+    checks = exact_tier(torch_global_chain(strict=True), conform.Adapter(rng="none"), "token")  # the negative control
     assert len(checks) == 3 and all(c.passed for c in checks), [c.line() for c in checks]
 
 
@@ -66,27 +62,25 @@ def test_a_torch_generator_handed_in_and_tensors_as_inputs():
     def verify(x_draft, p, q, generator):
         assert all(isinstance(a, torch.Tensor) for a in (x_draft, p, q))
         coins = torch.rand(len(x_draft) + 1, generator=generator, dtype=torch.float64).numpy()
-        return mrs.verify(x_draft.numpy(), p.numpy(), q.numpy(), ListedUniforms(list(coins) * 2))
+        return mrs.verify(x_draft.numpy(), p.numpy(), q.numpy(), ListedUniforms(list(coins)))  # K + 1 uniforms at most
 
     adapter = conform.Adapter(rng=lambda seed: torch.Generator().manual_seed(seed), array=torch.from_numpy)
     f = conform.adapt(verify, adapter, "token")
-    x, p, q = np.array([1, 0]), np.full((2, 3), 1 / 3), np.array([[0.2, 0.3, 0.5]] * 3)
-    outputs = [f(x, p, q, np.random.default_rng(s)).tolist() for s in range(20)]
-    assert outputs == [f(x, p, q, np.random.default_rng(s)).tolist() for s in range(20)]
+    outputs = [f(X, P, Q, np.random.default_rng(s)).tolist() for s in range(20)]
+    assert outputs == [f(X, P, Q, np.random.default_rng(s)).tolist() for s in range(20)]
     assert len({tuple(o) for o in outputs}) > 1  # the seeds do reach the generator
-    (check,) = exact_tier(verify, adapter)
+    (check,) = exact_tier(verify, adapter, "token")
     assert check.name == "exact tier not run" and check.passed is None
 
 
 def test_reseeding_reaches_torchs_global_generator():
     f = conform.adapt(torch_global_chain(strict=True), conform.Adapter(rng="none", reseed_globals=True), "token")
     g = conform.adapt(torch_global_chain(strict=True), conform.Adapter(rng="none"), "token")
-    x, p, q = np.array([1, 0]), np.full((2, 3), 1 / 3), np.array([[0.2, 0.3, 0.5]] * 3)
-    runs = [[f(x, p, q, np.random.default_rng(s)).tolist() for s in range(30)] for _ in range(2)]
+    runs = [[f(X, P, Q, np.random.default_rng(s)).tolist() for s in range(30)] for _ in range(2)]
     assert runs[0] == runs[1]  # same seeds, same outputs
     torch.manual_seed(1)  # the negative control: without reseeding, torch's global state carries over
-    first = [g(x, p, q, np.random.default_rng(s)).tolist() for s in range(30)]
-    assert first != [g(x, p, q, np.random.default_rng(s)).tolist() for s in range(30)]
+    first = [g(X, P, Q, np.random.default_rng(s)).tolist() for s in range(30)]
+    assert first != [g(X, P, Q, np.random.default_rng(s)).tolist() for s in range(30)]
 
 
 def test_the_commands_torch_options_build_a_torch_adapter(tmp_path):
@@ -103,7 +97,6 @@ def test_the_commands_torch_options_build_a_torch_adapter(tmp_path):
     args = parser.parse_args([f"{tmp_path / 'torch_verifier.py'}:verify", "--rng", "torch", "--arrays", "torch"])
     command.check_args(args)
     f = conform.adapt(args.function, args.adapter, "token")
-    x, p, q = np.array([1, 0]), np.full((2, 3), 1 / 3), np.array([[0.2, 0.3, 0.5]] * 3)
-    outputs = [f(x, p, q, np.random.default_rng(s)).tolist() for s in range(20)]
+    outputs = [f(X, P, Q, np.random.default_rng(s)).tolist() for s in range(20)]
     assert all(o[:2] == [1, 0] and o[2] in (0, 1, 2) for o in outputs) and len({o[2] for o in outputs}) > 1
-    assert outputs == [f(x, p, q, np.random.default_rng(s)).tolist() for s in range(20)]  # seeded by the checker
+    assert outputs == [f(X, P, Q, np.random.default_rng(s)).tolist() for s in range(20)]  # seeded by the checker
