@@ -45,7 +45,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import collections
 
-import gguf
 import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import HTML, display
@@ -57,6 +56,7 @@ from specref.lessons import plots, widgets
 from specref.lessons.progress import Progress
 from specref.lessons.quick import quick_mode
 from specref.smollm2 import load_smollm2
+from specref.smollm2.gguf_file import open_gguf
 from specref.smollm2.weights import gguf_path
 
 QUICK = quick_mode()
@@ -65,10 +65,10 @@ N_NEW = 32 if QUICK else 96  # new tokens per generation in the comparisons
 MACHINE = plots.machine_label()
 model = load_smollm2(progress=lambda message: None)  # the plain path: specref/smollm2/model.py as written
 print(model.config)
-reader = gguf.GGUFReader(gguf_path(progress=lambda message: None))
-kinds = collections.Counter(t.tensor_type.name for t in reader.tensors)
+gguf_file = open_gguf(gguf_path(progress=lambda message: None))  # the metadata, and each tensor as stored
+kinds = collections.Counter(t.tensor_type.name for t in gguf_file.tensors.values())
 print("tensors in the GGUF file by storage type:", dict(sorted(kinds.items())),
-      "| the head/embedding:", next(t.tensor_type.name for t in reader.tensors if t.name == "token_embd.weight"))
+      "| the head/embedding:", gguf_file.tensors["token_embd.weight"].tensor_type.name)
 
 # %% [markdown]
 # ## One decode step, written out

@@ -28,7 +28,7 @@ import numpy as np
 from specref import trees
 from specref.protocol import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
-from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights, open_gguf
+from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights, open_weights_file
 
 
 
@@ -432,8 +432,8 @@ def load_smollm2(cache_dir=None, progress: Callable = print) -> SmolLM2:
     same model on this machine's measured fast path."""
     path = gguf_path(cache_dir=cache_dir, progress=progress)
     progress(f"loading {path.name}: dequantizing to float32 ...")
-    reader = open_gguf(path)  # parsed once for the weights and the tokenizer
-    model = SmolLM2(load_weights(path, reader), Tokenizer.from_reader(reader))
+    file = open_weights_file(path)  # opened once for the weights and the tokenizer
+    model = SmolLM2(load_weights(path, file), Tokenizer.from_file(file))
     progress(f"loaded SmolLM2-135M-Instruct: {model.config.n_layers} layers, "
              f"vocabulary {model.config.vocab_size}")
     return model

