@@ -24,6 +24,7 @@ Text containing them cannot round-trip. `encode` raises on such text by default;
 For all other text `decode(encode(text)) == text` exactly.
 """
 
+import functools
 import heapq
 import re
 import unicodedata
@@ -83,7 +84,16 @@ def codepoint_class(codepoints: Iterable[int]) -> str:
 
 def category_class(major: str) -> str:
     """A character class for every code point whose general category starts with `major` ("L", "N")."""
-    return codepoint_class(c for c in range(0x110000) if unicodedata.category(chr(c))[0] == major)
+    return codepoint_class(_codepoints_by_category()[major])
+
+
+@functools.cache
+def _codepoints_by_category() -> dict[str, list[int]]:
+    """{major category letter: its code points}, in one pass over all 0x110000 (about 0.4 s)."""
+    by_major: dict[str, list[int]] = {}
+    for c in range(0x110000):
+        by_major.setdefault(unicodedata.category(chr(c))[0], []).append(c)
+    return by_major
 
 
 LETTER = category_class("L")  # \p{L}

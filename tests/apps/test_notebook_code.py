@@ -7,6 +7,7 @@ generator; a copy of the cell with the residual replaced by q is the negative co
 are read from the notebook's .py (the reviewed source), not from the .ipynb.
 """
 
+import functools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,10 +23,15 @@ ROOT = Path(__file__).resolve().parents[2]
 DOC = json.loads(vectors.PATH.read_text())
 
 
+@functools.cache
+def code_cells(name: str) -> tuple[str, ...]:
+    """The sources of the code cells of notebooks/`name`.py (read once: this file asks for several)."""
+    return tuple(c.source for c in jupytext.read(ROOT / "notebooks" / f"{name}.py").cells if c.cell_type == "code")
+
+
 def notebook_cell(name: str, needle: str) -> str:
     """The source of the one code cell of notebooks/`name`.py that contains `needle`."""
-    cells = [c.source for c in jupytext.read(ROOT / "notebooks" / f"{name}.py").cells
-             if c.cell_type == "code" and needle in c.source]
+    cells = [source for source in code_cells(name) if needle in source]
     assert len(cells) == 1, f"{len(cells)} code cells of {name}.py contain {needle!r}"
     return cells[0]
 
