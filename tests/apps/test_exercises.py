@@ -74,11 +74,12 @@ def test_each_solution_passes_its_grader(name, capsys):
     assert repr(result).startswith("pass: ")
 
 
-def test_a_verdict_holds_no_timing_and_repeats_exactly(capsys):
+@pytest.mark.default_cases("expected_tokens")  # verify's takes 5 s; test_each_solution_passes_its_grader runs it
+@pytest.mark.parametrize("name", ["residual", "expected_tokens", "verify"])
+def test_a_verdict_holds_no_timing_and_repeats_exactly(name):
     # notebooks are committed with their outputs and re-executed by the suite: the line must not change
-    for name in ("residual", "expected_tokens", "verify"):
-        first, second = (CHECKS[name](solution(name)).verdict for _ in range(2))
-        assert first == second and " s)" not in first
+    first, second = (CHECKS[name](solution(name)).verdict for _ in range(2))
+    assert first == second and " s)" not in first
 
 
 def test_solutions_are_plain_numpy_with_a_docstring():
@@ -843,10 +844,12 @@ def test_wrong_tree_verifiers_fail_with_what_they_did(f, check, words):
     assert not result and result.check.startswith(check) and words in result.diagnosis, result
 
 
-def test_the_shipped_tree_bugs_fail_the_tree_exercise():
-    for bug in tree_bugs.BUGS["tree-topk"]:
-        result = timed(exercises.check_tree_topk, bug)
-        assert not result, (bug.name, result)
+@pytest.mark.default_cases("0")
+@pytest.mark.parametrize("i", range(len(tree_bugs.BUGS["tree-topk"])), ids=str)
+def test_the_shipped_tree_bugs_fail_the_tree_exercise(i):
+    bug = tree_bugs.BUGS["tree-topk"][i]
+    result = timed(exercises.check_tree_topk, bug)
+    assert not result, (bug.name, result)
 
 
 def test_check_tree_topk_refuses_bad_input():
