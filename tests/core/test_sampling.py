@@ -19,6 +19,7 @@ V, N, PROMPT = laws.SEQ_V, laws.SEQ_N, laws.SEQ_PROMPT
 TARGET, DRAFT = laws.markov_pair()
 LAW = laws.sequence_law(TARGET, PROMPT, N)
 RUNS = 6_000
+WARP_RUNS = 2_000
 
 
 def _sps(K, verify=mrs.verify, draft=DRAFT, target=TARGET):
@@ -131,10 +132,12 @@ def test_dropping_the_bonus_token_is_lossless_but_shows_in_the_trace():
 @pytest.mark.default_cases("warp0")
 @pytest.mark.parametrize("warp", [Warp(0.5), Warp(1.3, top_k=2), Warp(1.0, top_p=0.6), Warp(0.8, top_k=2, top_p=0.9)])
 def test_warps_applied_to_both_models_keep_the_warped_target_law(warp):
+    # WARP_RUNS, a third of RUNS: every warp moves the law far (total variation 0.36 to 0.76 from the unwarped
+    # one), so the control below fails by far; the tests above, at RUNS, are the ones that look for small errors
     target = Warped(TARGET, warp.temperature, warp.top_k, warp.top_p)
     draft = Warped(DRAFT, warp.temperature, warp.top_k, warp.top_p)
     law = laws.sequence_law(target, PROMPT, N)
-    counts = stats.sample_sequences(_sps(2, draft=draft, target=target), RUNS, len(PROMPT), np.random.default_rng(4))
+    counts = stats.sample_sequences(_sps(2, draft=draft, target=target), WARP_RUNS, len(PROMPT), np.random.default_rng(4))
     assert stats.chi_square_gof(counts, law)[2] > stats.LEVEL
     # negative control: warping only the target is still exact (the draft is just worse),
     # but comparing against the UNWARPED target's law must fail
