@@ -594,6 +594,7 @@ plt.show()
 import copy
 import time
 
+from specref.fast.machine import LoadWatch, cores
 from specref.smollm2.model import KVCache, decode_batch, forward
 
 BATCHES = (1, 2, 4, 8, 16)
@@ -603,7 +604,7 @@ forward(np.array(prompt), model.weights, base, model.rot)
 next_tokens = np.array([prompt[-1 - b] for b in range(max(BATCHES))])  # sequence b's next token (any ids do)
 batch_s = {B: [] for B in BATCHES}
 single_s = {B: [] for B in BATCHES}
-load_before = os.getloadavg()[0]
+watch = LoadWatch()  # the CPU time every other process used meanwhile (this kernel's own left out)
 for r in range(repeats):
     for B in BATCHES:
         caches = [copy.deepcopy(base) for _ in range(B)]
@@ -618,12 +619,12 @@ for r in range(repeats):
                 single_s[B].append(time.perf_counter() - start)
             for cache in caches:
                 cache.rollback(1)                                                       # back to the prompt
-load_after = os.getloadavg()[0]
+others = watch.others()
 batch_ms = {B: 1e3 * float(np.median(batch_s[B])) for B in BATCHES}
 step_ms = 1e3 * float(np.median([t / B for B in BATCHES for t in single_s[B]]))        # one single decode step
 print(f"measured on {MACHINE}; plain path, one BLAS thread, {repeats} repeats, medians")
-print(f"load average (1 min) {load_before:.2f} before and {load_after:.2f} after, on {os.cpu_count()} CPUs: "
-      f"{'other processes shared the machine, and timings move with them' if max(load_before, load_after) > 1.2 else 'a quiet machine'}")
+print("other processes kept " + (f"{others:.1f} of the {cores()} cores busy meanwhile" if others is not None
+                                 else "an unknown share of the cores busy") + " (timings move with them)")
 print(f"one single decode step: {step_ms:.1f} ms (median over every single step timed)")
 print(f"{'B':>3} {'one pass over B, ms':>20} {'B single steps, ms':>19} {'pass, in decode steps':>22} {'saved':>6}"
       f"   fastest-slowest pass, ms")
