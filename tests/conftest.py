@@ -98,6 +98,29 @@ def pytest_collection_modifyitems(config, items):
                                     f"cases {sorted(seen[key])}")
 
 
+# The files whose default tests take longest, longest first (CPU seconds on the 2-core Xeon, 2026-11-28, in
+# brackets).  xdist hands each worker whole files in collection order (--dist loadfile), so a long file collected
+# last runs alone while the other workers wait; collected first, it overlaps the many short ones.
+LONGEST_FIRST = (
+    "tests/apps/test_exercises.py",      # 80
+    "tests/core/test_sampling.py",       # 47
+    "tests/core/test_mrs.py",            # 43
+    "tests/core/test_mrs_block.py",      # 41
+    "tests/apps/test_notebooks.py",      # 29
+    "tests/proof/test_shipped.py",       # 29
+    "tests/proof/test_conform.py",       # 25
+    "tests/apps/test_humaneval.py",      # 22
+    "tests/core/test_tree_sampling.py",  # 21
+    "tests/proof/test_tree_laws.py",     # 20
+)
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_longest_first(items):  # the same hook, after the one above
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 def time_limit(item) -> float:
     """Seconds each phase of `item` may take: --time-limit, or its time_limit marker's if that is larger; 0: none."""
     limit = item.config.getoption("--time-limit")

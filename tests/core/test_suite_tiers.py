@@ -126,3 +126,20 @@ def test_the_checkers_call_limit_leaves_an_enclosing_alarm_in_force():
             time.sleep(5)  # so it fires
     after, _ = signal.getitimer(signal.ITIMER_REAL)  # and the test's own is back, less the time spent
     assert (after == 0) == (guard == 0) and after <= guard
+
+
+def test_the_files_run_first_exist_and_go_first():
+    """conftest.LONGEST_FIRST names files of this suite (a renamed file would silently drop out of the order), and
+    a collection puts them first in that order, the rest after in their own order."""
+    from tests import conftest
+    root = Path(__file__).resolve().parents[2]
+    assert all((root / path).is_file() for path in conftest.LONGEST_FIRST), conftest.LONGEST_FIRST
+    assert len(set(conftest.LONGEST_FIRST)) == len(conftest.LONGEST_FIRST)
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+    first, second = conftest.LONGEST_FIRST[:2]
+    items = [Item(n) for n in ("tests/a.py::x", f"{second}::y", "tests/b.py::z", f"{first}::w", f"{second}::v")]
+    conftest.pytest_collection_modifyitems_longest_first(items)
+    assert [i.nodeid for i in items] == [f"{first}::w", f"{second}::y", f"{second}::v", "tests/a.py::x", "tests/b.py::z"]
