@@ -162,15 +162,7 @@ def train(config: Config, data: dict, held: dict, E: np.ndarray, HN: np.ndarray,
     rng = np.random.default_rng([config.seed, 7])
     d = E.shape[1]
     if checkpoint.is_file():
-        with np.load(checkpoint) as z:
-            state = {k: z[k] for k in z.files}
-        params = {n: state["p_" + n] for n in nd.PARAM_NAMES}
-        opt = Adam(params)
-        opt.m = {n: state["m_" + n] for n in nd.PARAM_NAMES}
-        opt.v = {n: state["v_" + n] for n in nd.PARAM_NAMES}
-        opt.t = int(state["t"])
-        rng.bit_generator.state = json.loads(str(state["rng"]))
-        history = json.loads(str(state["history"]))
+        params, opt, history = load_checkpoint(checkpoint, nd.PARAM_NAMES, rng)
         log(f"resuming from step {opt.t} ({checkpoint})")
     else:
         A, b = ridge(data, E) if config.ridge_init else (np.zeros((2 * d, d), np.float32), np.zeros(d, np.float32))
@@ -221,11 +213,27 @@ def train(config: Config, data: dict, held: dict, E: np.ndarray, HN: np.ndarray,
 
 
 def save_checkpoint(path: pathlib.Path, params: dict, opt: Adam, rng: np.random.Generator, history: list) -> None:
+    """Everything a run needs to resume exactly: the parameters, Adam's moments and step, the batch generator's
+    state and the progress history (written atomically; `load_checkpoint` reads it).  Any draft's parameters."""
     arrays = {"t": np.array(opt.t), "rng": np.array(json.dumps(rng.bit_generator.state)),
               "history": np.array(json.dumps(history))}
-    for n in nd.PARAM_NAMES:
+    for n in params:
         arrays["p_" + n], arrays["m_" + n], arrays["v_" + n] = params[n], opt.m[n], opt.v[n]
     write_npz(path, arrays)
+
+
+def load_checkpoint(path: pathlib.Path, names, rng: np.random.Generator) -> tuple[dict, Adam, list]:
+    """The parameters `names`, the optimiser and the history `save_checkpoint` wrote to `path`; sets `rng` to the
+    state it had then."""
+    with np.load(path) as z:
+        state = {k: z[k] for k in z.files}
+    params = {n: state["p_" + n] for n in names}
+    opt = Adam(params)
+    opt.m = {n: state["m_" + n] for n in names}
+    opt.v = {n: state["v_" + n] for n in names}
+    opt.t = int(state["t"])
+    rng.bit_generator.state = json.loads(str(state["rng"]))
+    return params, opt, json.loads(str(state["history"]))
 
 
 def scale_data(root: pathlib.Path, positions: int) -> dict[str, dict]:

@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specref.apps import draft_build, train_draft as td
-from specref.apps.draft_data import load_shards, write_npz
+from specref.apps.draft_data import load_shards
 from specref.smollm2 import draft as nd
 from specref.smollm2 import draft_layer as dl
 from specref.smollm2.fetch import cache_root
@@ -191,15 +191,7 @@ def train(config: LayerTrainConfig, model, data: dict, held: dict, E, HN, checkp
     c = config.layer(model.config)
     rng = np.random.default_rng([config.seed, 7])
     if checkpoint.is_file():
-        with np.load(checkpoint) as z:
-            state = {k: z[k] for k in z.files}
-        P = {n: state["p_" + n] for n in dl.PARAM_NAMES}
-        opt = td.Adam(P)
-        opt.m = {n: state["m_" + n] for n in dl.PARAM_NAMES}
-        opt.v = {n: state["v_" + n] for n in dl.PARAM_NAMES}
-        opt.t = int(state["t"])
-        rng.bit_generator.state = json.loads(str(state["rng"]))
-        history = json.loads(str(state["history"]))
+        P, opt, history = td.load_checkpoint(checkpoint, dl.PARAM_NAMES, rng)
         log(f"resuming from step {opt.t} ({checkpoint})")
     else:
         P = initial_params(config, model, data, E)
@@ -232,21 +224,13 @@ def train(config: LayerTrainConfig, model, data: dict, held: dict, E, HN, checkp
                 f"{a[3]:.3f}{', all held-out' if last else ', every 4th held-out sequence'})  {rate:.2f} steps/s  "
                 f"about {(config.steps - opt.t) / rate:.0f} s left")
         if time.perf_counter() - last_save > 30 or last:
-            save_checkpoint(checkpoint, P, opt, rng, history)
+            td.save_checkpoint(checkpoint, P, opt, rng, history)
             last_save = time.perf_counter()
         if seconds_limit is not None and time.perf_counter() - start > seconds_limit and not last:
-            save_checkpoint(checkpoint, P, opt, rng, history)
+            td.save_checkpoint(checkpoint, P, opt, rng, history)
             log(f"stopped after {seconds_limit:.0f} s at step {opt.t}; run again to resume")
             break
     return P, history
-
-
-def save_checkpoint(path: pathlib.Path, P: dict, opt, rng: np.random.Generator, history: list) -> None:
-    arrays = {"t": np.array(opt.t), "rng": np.array(json.dumps(rng.bit_generator.state)),
-              "history": np.array(json.dumps(history))}
-    for n in P:
-        arrays["p_" + n], arrays["m_" + n], arrays["v_" + n] = P[n], opt.m[n], opt.v[n]
-    write_npz(path, arrays)
 
 
 def train_mlp(config: LayerTrainConfig, data: dict, held: dict, E, HN, checkpoint: pathlib.Path, log) -> dict:

@@ -443,3 +443,26 @@ def test_shipped_draft_acceptance_matches_its_recorded_held_out_alpha(smollm2, h
         f"alpha {pooled['shipped']:.3f} is not the recorded {recorded:.3f} within {ALPHA_TOL}"
     for name in ("state s_{i-2}", "state s_{i-2} and embedding e(x_{i-1})"):
         assert pooled[name] < recorded - ALPHA_TOL, f"a draft reading {name} passes the floor ({pooled[name]:.3f})"
+
+
+def test_a_checkpoint_of_any_draft_resumes_exactly(tmp_path):
+    """save_checkpoint / load_checkpoint, which both trainers use (the MLP's and the decoder layer's), give back the
+    parameters, Adam's moments and step, the history, and the batch generator where it stood."""
+    from specref.smollm2 import draft_layer as dl
+    g = np.random.default_rng(3)
+    params = {n: g.standard_normal((2, 3)).astype(np.float32) for n in dl.PARAM_NAMES}
+    opt = td.Adam(params)
+    opt.step(params, {n: np.ones_like(v) for n, v in params.items()}, 0.1)
+    rng = np.random.default_rng(9)
+    rng.random(5)
+    history = [{"step": 1, "loss": 0.5}]
+    td.save_checkpoint(tmp_path / "c.npz", params, opt, rng, history)
+    expected_next = rng.random(4)
+    fresh = np.random.default_rng(0)
+    got, got_opt, got_history = td.load_checkpoint(tmp_path / "c.npz", dl.PARAM_NAMES, fresh)
+    assert got_history == history and got_opt.t == opt.t == 1
+    for n in dl.PARAM_NAMES:
+        np.testing.assert_array_equal(got[n], params[n])
+        np.testing.assert_array_equal(got_opt.m[n], opt.m[n])
+        np.testing.assert_array_equal(got_opt.v[n], opt.v[n])
+    np.testing.assert_array_equal(fresh.random(4), expected_next)
