@@ -234,7 +234,7 @@ def test_the_checker_rejects_what_it_must():
         "",
         "The trained draft ran 3.27x faster.",                                      # cites nothing
         "",
-        f"It cites a directory: 3.27x ([raw](../figures/demo/)).",                 # a directory names no file
+        "It cites a directory: 3.27x ([raw](../figures/demo/)).",                 # a directory names no file
         "",
         f"Scoring cost 1.1 decode steps at K = 4, T 0.8 ([raw]({raw})).",          # 1.1: 1.10 in the file rounds to it
         f"Theorem 3.8 with top-p 0.95, within 6%; NumPy 2.4; Eq. 1's 3.36 ([raw]({raw})).",  # none is a figure
