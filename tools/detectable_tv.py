@@ -119,13 +119,13 @@ def families() -> list[tuple[str, dict]]:
 
     T, D, x, N = test_sampling.TARGET, test_sampling.DRAFT, test_sampling.PROMPT, test_sampling.N
     seqs = {"unwarped": (test_sampling.LAW, laws.sequence_law(D, x, N))}
-    warps = _warps(test_sampling)
+    out.append((f"whole sequences ({N} tokens, V = {test_sampling.V})", family(seqs, test_sampling.RUNS)))
+    warps, warped = _warps(test_sampling), {}
     for warp in warps:
         args = (warp.temperature, warp.top_k, warp.top_p)
-        seqs[_warp_name(warp)] = (laws.sequence_law(Warped(T, *args), x, N),
-                                  laws.sequence_law(Warped(D, *args), x, N))
-    out.append((f"whole sequences ({N} tokens, V = {test_sampling.V}; the target and its {len(warps)} warps)",
-                family(seqs, test_sampling.RUNS)))
+        warped[_warp_name(warp)] = (laws.sequence_law(Warped(T, *args), x, N),
+                                    laws.sequence_law(Warped(D, *args), x, N))
+    out.append((f"whole sequences under the target's {len(warps)} warps", family(warped, test_sampling.WARP_RUNS)))
 
     for module, what in ((test_real_sps, "first token of the real model, top 8 (test_real_sps)"),
                          (test_draft, "first token of the real model, top 8, trained draft (test_draft)")):
