@@ -24,7 +24,6 @@ Text containing them cannot round-trip. `encode` raises on such text by default;
 For all other text `decode(encode(text)) == text` exactly.
 """
 
-import functools
 import heapq
 import re
 import unicodedata
@@ -82,22 +81,18 @@ def codepoint_class(codepoints: Iterable[int]) -> str:
                    for a, b in ranges)
 
 
-def category_class(major: str) -> str:
-    """A character class for every code point whose general category starts with `major` ("L", "N")."""
-    return codepoint_class(_codepoints_by_category()[major])
-
-
-@functools.cache
-def _codepoints_by_category() -> dict[str, list[int]]:
-    """{major category letter: its code points}, in one pass over all 0x110000 (about 0.4 s)."""
-    by_major: dict[str, list[int]] = {}
+def category_classes(*majors: str) -> list[str]:
+    """Character classes for the code points whose general category starts with each of `majors` ("L", "N"),
+    found in one pass over all 0x110000 code points."""
+    found: dict[str, list[int]] = {major: [] for major in majors}
     for c in range(0x110000):
-        by_major.setdefault(unicodedata.category(chr(c))[0], []).append(c)
-    return by_major
+        points = found.get(unicodedata.category(chr(c))[0])
+        if points is not None:
+            points.append(c)
+    return [codepoint_class(found[major]) for major in majors]
 
 
-LETTER = category_class("L")  # \p{L}
-NUMBER = category_class("N")  # \p{N}
+LETTER, NUMBER = category_classes("L", "N")  # \p{L}, \p{N}
 SPACE = codepoint_class(WHITESPACE_CODEPOINTS)  # \s
 
 # Stage 1 of the smollm pre-tokenizer: every numeral is a piece of its own.
