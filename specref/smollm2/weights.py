@@ -157,7 +157,9 @@ def _dequantize(tensors: dict, name: str, shape: tuple, path) -> np.ndarray:
 
 
 def open_weights_file(path) -> GGUFFile:
-    """`gguf_file.open_gguf(path)`, its errors raised as WeightsError."""
+    """`gguf_file.open_gguf(path)`, its errors raised as WeightsError (a missing file with how to fetch it)."""
+    if not pathlib.Path(path).is_file():
+        raise WeightsError(f"no GGUF file at {path}; call specref.smollm2.weights.gguf_path() to fetch it")
     try:
         return open_gguf(path)
     except GGUFError as e:
