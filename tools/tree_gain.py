@@ -36,7 +36,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `python -m specref` set
 import numpy as np  # noqa: E402
 
 from specref import speedup  # noqa: E402
-from specref.apps import demo, humaneval as he  # noqa: E402  (he: the command's options, he.add_arguments)
+from specref.apps import demo, humaneval as he, pilot  # noqa: E402  (he: the command's options, he.add_arguments)
 from specref.apps.costs import measure_costs  # noqa: E402
 from specref.apps.humaneval.choices import GREEDY, NUCLEUS  # noqa: E402
 from specref.apps.humaneval.problems import load_problems  # noqa: E402
@@ -225,7 +225,7 @@ def run_humaneval(argv) -> int:
     for r in rows:
         if r.get("tree"):
             print(f"  {r['tree']:>8} {r['verify']:>5} {'greedy' if r['temperature'] == 0 else 'nucleus'}: "
-                  + demo.chances_text(r["tree_profile"] or []))
+                  + pilot.chances_text(r["tree_profile"] or []))
     if args.json:
         write_text(args.json, json.dumps({"rows": rows, "costs": costs}, indent=2, default=float) + "\n")
         print(f"wrote {args.json}")

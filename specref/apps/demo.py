@@ -5,33 +5,38 @@ accepted are highlighted (green), tokens that came from the target (a correction
 bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per target
 call, the time of one target call, the speedup measured over ArS with the same sampling
 settings, and two figures from Leviathan's model (Theorem 3.8) that are not the same kind of thing:
-- "predicted": the a-priori prediction, made before the run from what was measured before it: the
-  pilot's alpha (a tree: its chances by rank) and c, and the scoring costs measured at the start
-  (`KChoice.predicted`, `TreeChoice.predicted`).  A run whose K or tree was given (--K, --tree) had
-  no pilot, and shows "none": there is no a-priori prediction for it.
+- "predicted": the a-priori prediction, made before the run from what was measured before it: each
+  draft replayed over the target's own pilot completion of the prompt (`specref.apps.pilot`: the
+  chance of acceptance at each position and depth, c, a tree's chances by rank) and the scoring
+  costs measured at the start (`KChoice.predicted`, `TreeChoice.predicted`).  A run whose K or
+  tree was given (--K, --tree) had no pilot, and shows "none": there is no a-priori prediction for it.
 - "model check": the same formula with the run's OWN alpha, c and scoring cost (`model_check`).  It
   uses the outcome it is compared with, so it agrees with the measurement by construction up to what
   the model leaves out (verify, the loop's overhead, the betas not being i.i.d.): it checks the
   model's algebra, not a prediction.
 
-K, the draft tokens per target call, is chosen per draft and setting from Leviathan's model
-(Theorem 3.8, with the cost of scoring K + 1 tokens measured on this CPU at the start of the run,
-and alpha and c measured in a short pilot run of that draft; `choose_K`): the best K is the one
-that model predicts fastest, and where no K pays the run says so and gives the alpha the draft
-would need.  On a CPU where scoring a few tokens costs far more than one decode step (NumPy's
-BLAS without AVX-512 packs every small product), K is the whole story.  `--K` forces one K.
+K, the draft tokens per target call, is chosen per draft and setting before the run.  The target
+first completes the prompt alone (ArS, the run's warp and length, seed + PILOT_SEED: the pilot's
+text, `pilot_completion`); each draft is replayed over that text as drafting would meet it
+(`specref.apps.pilot.replay`), and the K that the calls followed in expectation over it, with the
+cost of scoring K + 1 tokens measured on this CPU at the start of the run, predict fastest is taken
+(`choose_K_replayed`).  Where no K pays the run says so and gives the alpha the draft would need.
+On a CPU where scoring a few tokens costs far more than one decode step (NumPy's BLAS without
+AVX-512 packs every small product), K is the whole story.  `--K` forces one K.  (`choose_K` is
+Theorem 3.8 from one alpha and c, as measured by a short sampled run: notebook 06 uses it.)
 
-Trees of drafts (`specref.trees.Tree`): after each draft's chain, a short pilot with a tree of
-four candidates at the root and at depths 1 to 3 (TREE_PILOT) measures, exactly over the verifier's
-own randomness, the chance that the walk goes on to each of them by rank, at each depth
-(`TreeProfile`: a copied run accepts far more often below the root than at it); Theorem 3.8's extension to trees
-(`speedup.tree_walltime_improvement`, with the same measured scoring costs, a tree of N nodes
-priced as a chain of N + 1 tokens) then picks the shape among `tree_shapes()` (`choose_tree`).
-Where a tree pays, the table gets a tree row; where none does, the notes below the table say so,
-with the best tree's prediction.  `--tree SHAPE` runs that tree for every draft.  Top-k children
-(the draft's own ranking, verified by the target alone) are used greedily and for prompt lookup;
-a sampling draft's children are drawn without replacement (recursive rejection sampling), so that
-its first child is an ordinary modified-rejection-sampling draft (`tree_drawing`).
+Trees of drafts (`specref.trees.Tree`): the same replay measures, at each depth of each call, the
+chances that the tree verifier goes on to the draft's candidates by rank, exactly over the
+verifier's own randomness, weighted by the chance that the walk got that deep (in a run that
+copies from its prompt, a candidate below an accepted one is accepted far more often than one at
+the root); Theorem 3.8's extension to trees (`speedup.tree_walltime_improvement`, with the same
+measured scoring costs, a tree of N nodes priced as a chain of N + 1 tokens) then picks the shape
+among `tree_shapes()` (`choose_tree_replayed`).  Where a tree pays, the table gets a tree row; where
+none does, the notes below the table say so, with the best tree's prediction.  `--tree SHAPE` runs
+that tree for every draft.  Top-k children (the draft's own ranking, verified by the target alone)
+are used greedily and for prompt lookup; a sampling draft's children are drawn without replacement
+(recursive rejection sampling), so that its first child is an ordinary modified-rejection-sampling
+draft (`tree_drawing`).
 
 `--verify block` runs SpS with block verification (`specref.mrs.verify_block`) instead of
 token-level verification (`specref.mrs.verify`).  Either way, every SpS call's drafts and rows
@@ -51,7 +56,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specref import speedup, verifiers
-from specref.apps import options
+from specref.apps import options, pilot
+from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, best_tree, choose_K_replayed,
+                                choose_tree_replayed, root_chances)
 from specref.apps.costs import scoring_and_stream_ms
 from specref.apps.named_drafts import DRAFTS, by_name
 from specref.smollm2.draft import shipped_draft
@@ -117,6 +124,12 @@ def until_eos(tokens, eos: int | None) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
+def demo_draft(model, prompt_ids: list[int], draft_name: str, lookup_n: int | None = None):
+    """The draft called draft_name as the demo makes it (the n-gram: a trigram fitted on the prompt's own tokens)."""
+    return by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
+                   neural=lambda: shipped_draft(model))
+
+
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
              verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Run:
@@ -124,10 +137,7 @@ def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int,
 
     lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
     tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier (`TreeProfile`)."""
-    # the n-gram is a trigram fitted on the prompt's own tokens
-    draft = by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
-                    neural=lambda: shipped_draft(model)) \
-        if method == "SpS" else None
+    draft = demo_draft(model, prompt_ids, draft_name, lookup_n) if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
     profile = TreeProfile(tree.drawing) if tree is not None else None
@@ -202,9 +212,9 @@ def fill_model_check(result: Run, base: Run) -> Run:
     return result
 
 
-K_CHOICES = 8        # K is chosen among 1..K_CHOICES
-PILOT_TOKENS = 32    # tokens of the pilot run that measures alpha and c before K is chosen
-PILOT_K = 4          # the pilot's K (alpha does not depend on K; c is per draft token)
+PILOT_TOKENS = 32    # tokens of a short sampled pilot run (`choose_K` from such a run; the commands use `pilot`)
+PILOT_K = 4          # such a run's K (alpha does not depend on K; c is per draft token)
+PILOT_SEED = 1       # the commands' pilot completion is sampled at the run's seed + PILOT_SEED (`pilot_completion`)
 COST_REPEATS = 5     # rounds of the scoring-cost measurement (medians taken)
 
 
@@ -214,30 +224,6 @@ def scoring_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) ->
     (`speedup.plausible_score_cost`: a call scoring more tokens cannot cost less than one)."""
     ms, _ = scoring_and_stream_ms(model, repeats, k_max)
     return [speedup.plausible_score_cost(ms[K + 1] / ms[1])[0] for K in range(1, k_max + 1)]
-
-
-@dataclass
-class KChoice:
-    """K for one draft and setting, from Leviathan's Theorem 3.8 with measured costs."""
-
-    K: int
-    alpha: float  # measured in the pilot run
-    c: float  # one draft step / one decode step, measured in the pilot run
-    predicted: float  # the a-priori prediction: the model's speedup at K from the pilot's alpha and c and the
-                      # scoring costs measured before the run (the table's "predicted")
-    needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`)
-
-    @property
-    def pays(self) -> bool:
-        return self.predicted > 1.0
-
-    def why(self) -> str:
-        head = f"alpha {self.alpha:.2f}, c {self.c:.3f}: "
-        if self.pays:
-            return head + f"K = {self.K} predicts {self.predicted:.2f}x"
-        return head + (f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); "
-                       + (f"it would take alpha >= {self.needed:.2f}" if self.needed < 1 else
-                          "no alpha would: every call costs more than it can yield"))
 
 
 def choose_K(pilot: Run, base: Run, costs: list[float]) -> KChoice:
@@ -250,57 +236,32 @@ def choose_K(pilot: Run, base: Run, costs: list[float]) -> KChoice:
     return KChoice(K, alpha, c, predicted, speedup.alpha_needed(c, costs))
 
 
+def pilot_completion(model, prompt_ids: list[int], temperature: float, top_p: float | None, max_new_tokens: int,
+                     seed: int, eos: int | None = None) -> Run:
+    """The pilot's text: the target's own completion of the prompt (ArS, the run's warp and length), at seed +
+    PILOT_SEED; its decode step is the pilot's unit of cost (`specref.apps.pilot`)."""
+    return generate(model, prompt_ids, "ArS", "-", 1, temperature, top_p, max_new_tokens, seed + PILOT_SEED, eos)
+
+
+def replay_draft(model, prompt_ids: list[int], text: Run, draft, draft_name: str, seed: int = 0) -> pilot.Replay:
+    """`draft` (named draft_name) replayed over the pilot completion `text` (`specref.apps.pilot.replay`), with
+    K_CHOICES rows per call and the tree drawing `tree_drawing` gives it."""
+    warp = Warp(text.temperature, None, text.top_p)
+    return pilot.replay(model, draft, prompt_ids, text.tokens, warp, K_CHOICES,
+                        tree_drawing(draft_name, text.temperature), np.random.default_rng([seed, PILOT_SEED]),
+                        text.stats.target_seconds / max(text.stats.loops, 1))
+
+
 # ---------------------------------------------------------------- trees of drafts
 
-TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
 TREE_PILOT = "4+4+4+4"  # the pilot's tree: 4 children at the root and below the first child at depths 1 to 3,
                         # whose chances by rank at each depth are the profile (deeper depths take depth 3's)
-TREE_WIDTH = 4       # the widest node a chosen tree may have (the pilot measures 4 ranks)
-
-
-def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list[str]:
-    """The shapes `choose_tree` considers: spines "a+b+..." (a >= 2, non-increasing) and widths "axb..."
-    (a >= 2, b... non-increasing) with at most max_nodes nodes and no node wider than max_width; chains
-    are left to `choose_K`."""
-    def spines(left, top):  # non-increasing parts, each <= top, summing to at most `left`
-        for a in range(1, min(top, left) + 1):
-            yield [a]
-            for rest in spines(left - a, a):
-                yield [a] + rest
-
-    names = {"+".join(map(str, s)) for s in spines(max_nodes, max_width) if s[0] >= 2}
-    for s in spines(max_nodes, max_width):  # widths: the nodes at depth d are the product of the first d
-        if s[0] >= 2 and sum(int(np.prod(s[:d + 1])) for d in range(len(s))) <= max_nodes and len(s) > 1:
-            names.add("x".join(map(str, s)))
-    return sorted(names, key=lambda n: (Tree.parse(n).size, n))
-
-
 def tree_drawing(draft_name: str, temperature: float) -> str:
     """How the demo draws a draft's children: the draft's top-k (`specref.trees.draw_children`, verified by
     the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
     are its candidates; otherwise without replacement (recursive rejection sampling), so that the first
     child is an ordinary draft token, accepted with chance alpha, and the others add to it."""
     return "topk" if temperature == 0 or draft_name.startswith("prompt-lookup") else "without_replacement"
-
-
-def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, drawing: str) -> list[float]:  # [k], [V], [V] -> [k]
-    """The chance that the tree verifier for `drawing` accepts each child of the root, in order, exactly over
-    its uniforms (the rules of `specref.mrs`'s verify_tree_topk, _mss, _rrs): P(walk goes on to the child of rank r)."""
-    if drawing == "topk":
-        return [float(q[x]) for x in children_tokens]       # y ~ q, followed when it is a child
-    out, stay, w, d = [], 1.0, q.copy(), p.copy()           # w, d: the target's and the draft's rows as the tests leave them
-    for x in children_tokens:
-        a = min(1.0, w[x] / d[x]) if d[x] > 0 else 0.0
-        out.append(stay * a)
-        stay *= 1.0 - a
-        r = np.maximum(w - d, 0.0)
-        if r.sum() > 0:
-            w = r / r.sum()
-        if drawing == "without_replacement":
-            d[x] = 0.0
-            if d.sum() > 0:
-                d = d / d.sum()
-    return out
 
 
 def profile_table(calls: int, sums, deeper) -> list[list[float]]:
@@ -319,13 +280,6 @@ def add_sums(sums: list, values) -> None:
     sums += [0.0] * (len(values) - len(sums))
     for r, v in enumerate(values):
         sums[r] += v
-
-
-def chances_text(profile) -> str:
-    """A profile in a line: the root's chances by rank, then each deeper depth's (one list: the same at every depth)."""
-    table = profile if all(np.ndim(row) == 1 for row in profile) else [profile]
-    rows = [" ".join(f"{v:.2f}" for v in row) for row in table if len(row)] or ["none measured"]
-    return rows[0] + "".join(f"; depth {d}: {row}" for d, row in enumerate(rows[1:], 1))
 
 
 class TreeProfile:
@@ -369,42 +323,13 @@ class TreeProfile:
         return profile_table(self.calls, self.sums, self.deeper)
 
 
-@dataclass
-class TreeChoice:
-    """A tree for one draft and setting, from Theorem 3.8 for trees with measured costs."""
-
-    tree: str  # the best shape of `tree_shapes()`
-    drawing: str
-    profile: list  # chances by rank at each depth, measured in the pilot (`TreeProfile`)
-    c: float  # one draft row / one decode step, measured in the pilot
-    predicted: float  # the a-priori prediction: the model's speedup for that tree from the pilot's chances and c
-                      # and the scoring costs measured before the run (the table's "predicted")
-    chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
-
-    @property
-    def pays(self) -> bool:
-        return self.predicted > 1.0
-
-    def why(self) -> str:
-        head = f"{TREE_VERIFY[self.drawing]} children, chances by rank {chances_text(self.profile)}, c {self.c:.3f}: "
-        than = "" if self.chain is None else f" (the chain: K = {self.chain.K} predicts {self.chain.predicted:.2f}x)"
-        if self.pays:
-            return head + f"tree {self.tree} predicts {self.predicted:.2f}x" + than
-        return head + f"no tree pays (best tree {self.tree} predicts {self.predicted:.2f}x)" + than
-
-
 def choose_tree(pilot: Run, base: Run, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
     """The tree of `tree_shapes()` maximising `speedup.tree_walltime_improvement`, with the chances by rank of
     `pilot` (a short run with the tree TREE_PILOT), c from it relative to `base`'s decode step, and a tree of
     N nodes priced as scoring N + 1 tokens (costs[N - 1]: the same rows in one pass; `bench` measures both).
     A tree pays where it predicts more than 1 (faster than ArS); `chain`, the chain's choice, is said beside it."""
-    c = pilot.stats.draft_ms_per_call / base.stats.target_ms_per_call
-    profile = pilot.profile or [0.0]
-    best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
-        Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))
-    tree = Tree.parse(best)
-    return TreeChoice(best, pilot.drawing, profile, c,
-                      speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)
+    return best_tree(pilot.profile, pilot.drawing, pilot.stats.draft_ms_per_call / base.stats.target_ms_per_call,
+                     costs, chain)
 
 
 def table(results: list[Run]) -> str:
@@ -423,8 +348,8 @@ def table(results: list[Run]) -> str:
                     f"{r.speedup:7.2f}x "
                     + (f"{'none':>9} " if r.apriori is None else f"{r.apriori:8.2f}x ")
                     + f"{r.model_check:10.2f}x" + ("*" if r.score_noise else ""))
-    rows.append("predicted: made before the run, from the pilot's alpha (a tree: its chances by rank) and c and the "
-                "scoring costs measured before it (the choices below)")
+    rows.append("predicted: made before the run, from each draft replayed over the target's own pilot completion and "
+                "the scoring costs measured before it (the choices below)")
     rows.append("model check (run's alpha, run's costs): Theorem 3.8 with the run's own alpha, c and scoring cost; "
                 "it checks the model's algebra, not a prediction")
     if any(r.apriori is None for r in results):
@@ -436,18 +361,18 @@ def table(results: list[Run]) -> str:
     chosen = [r for r in results if r.why_K]
     if chosen:
         rows.append("")
-        rows.append(f"K per draft, and its prediction before the run: Leviathan's Theorem 3.8 with this CPU's scoring "
-                    f"costs, alpha and c from a {PILOT_TOKENS}-token pilot run (--K forces one):")
+        rows.append("K per draft, and its prediction before the run: each draft replayed over the target's own pilot "
+                    "completion (specref.apps.pilot: its acceptance at each position and depth, and c) with this "
+                    "CPU's scoring costs (--K forces one):")
         for r in chosen:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_K}")
     trees = [r for r in results if r.why_tree]
     if trees:
         rows.append("")
-        rows.append(f"Trees per draft, and their predictions before the run: Theorem 3.8 for trees "
-                    f"(specref.speedup.tree_walltime_improvement) with the same "
-                    f"costs, the chances by rank at each depth from a {PILOT_TOKENS}-token pilot with the tree {TREE_PILOT} "
-                    f"(a tree row is run where one pays; --tree forces one):")
+        rows.append("Trees per draft, and their predictions before the run: Theorem 3.8 for trees "
+                    "(specref.speedup.tree_walltime_improvement) with the same costs, the chances by rank at each "
+                    "depth from the same replay (a tree row is run where one pays; --tree forces one):")
         for r in trees:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_tree}")
@@ -462,9 +387,10 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     and the model check (`Run.model_check`, from the run's own alpha and costs).
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
-    (`choose_K`, from a pilot run of PILOT_TOKENS and `costs`, the scoring costs: measured now
-    with `scoring_costs` if not given), and then also a tree (`choose_tree`): a tree row follows
-    the chain's where one pays.  tree: a shape ("3+1", `specref.trees.Tree.parse`) to run as a
+    (`choose_K_replayed`, from the draft replayed over the pilot's text, `pilot_completion`, and `costs`,
+    the scoring costs: measured now with `scoring_costs` if not given), and then also a tree
+    (`choose_tree_replayed`): a tree row follows the chain's where one pays.  The replay predicts
+    token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1", `specref.trees.Tree.parse`) to run as a
     tree row for every draft instead (children drawn as `tree_drawing` says)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
@@ -479,12 +405,14 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
         fill_model_check(base, base)
         log(f"\n[{len(base.tokens)} tokens, {base.stats.ms_per_token:.1f} ms/token]")
         results.append(base)
+        text = None  # the pilot's completion, made once per setting where a K is to be chosen
         for name in draft_names:
             why, k, choice = "--K", K, None
             if K is None:
-                pilot = generate(model, prompt_ids, "SpS", name, PILOT_K, temperature, top_p, PILOT_TOKENS, seed + 1,
-                                 eos, None, verify)
-                choice = choose_K(pilot, base, costs)
+                if text is None:
+                    text = pilot_completion(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
+                replayed = replay_draft(model, prompt_ids, text, demo_draft(model, prompt_ids, name), name, seed)
+                choice = choose_K_replayed(replayed, costs)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")
             r = generate(model, prompt_ids, "SpS", name, k, temperature, top_p, max_new_tokens, seed, eos, printer,
@@ -498,9 +426,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             drawing = tree_drawing(name, temperature)
             shape, why_tree = (Tree.parse(tree, drawing) if tree else None), ""
             if tree is None and K is None:  # a tree where one pays, by the same measured costs
-                pilot = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, PILOT_TOKENS, seed + 1,
-                                 eos, None, verify, tree=Tree.parse(TREE_PILOT, drawing))
-                tree_choice = choose_tree(pilot, base, costs, choice)
+                tree_choice = choose_tree_replayed(replayed, drawing, costs, choice)
                 why_tree = tree_choice.why()
                 shape = Tree.parse(tree_choice.tree, drawing) if tree_choice.pays else None
                 if shape is None:

@@ -1,13 +1,15 @@
 """The demo's "predicted" column is made before the run, from the pilot and the costs measured before it; Theorem 3.8
 with the run's own alpha and costs is a separate column, the model check.  `run_workloads` is driven by a fake
-`generate` whose pilots and runs report chosen statistics, so the run's alpha can differ from the pilot's."""
+`generate` whose runs report chosen statistics and a fake replay of the pilot's text (`specref.apps.pilot`), so the
+run's alpha can differ from the pilot's."""
 
 import types
 
+import numpy as np
 import pytest
 
 from specref import speedup
-from specref.apps import demo
+from specref.apps import demo, pilot
 from specref.trees import Tree
 
 COSTS = [1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.4, 1.5]  # scoring K + 1 tokens, in decode steps, measured before the run
@@ -21,28 +23,38 @@ def stats(alpha, K, draft_ms=0.3, call_ms=12.0, ms_per_token=5.0):
                                  calls_by_drafted=[0] * K + [5])
 
 
+def fake_replay(L=200):
+    """A replay of a pilot text of L tokens on which every draft token is accepted with PILOT_ALPHA, every call drafts
+    K, the tree's chances by rank are TREE_PILOT_PROFILE and c = PILOT_DRAFT_MS / DECODE_MS."""
+    sums = np.zeros((pilot.TREE_DEPTHS, pilot.TREE_WIDTH))
+    sums[0] = np.asarray(TREE_PILOT_PROFILE[0]) * L
+    return pilot.Replay([np.full((L, pilot.K_CHOICES), PILOT_ALPHA)],
+                        [np.tile(np.arange(1, pilot.K_CHOICES + 1), (L, 1))], sums,
+                        np.array([L, 0.0, 0.0, 0.0]), PILOT_DRAFT_MS, 1, DECODE_MS)
+
+
 def fake_generate(run_alpha, run_profile):
-    """`demo.generate` on a fake clock: pilots (seed + 1) report the pilot's alpha, profile and draft cost; the timed
-    runs report `run_alpha` and `run_profile`."""
+    """`demo.generate` on a fake clock: the timed runs report `run_alpha` and `run_profile`."""
     def generate(model, prompt_ids, method, draft_name, K, temperature, top_p, max_new_tokens, seed, eos=None,
                  on_step=None, verify="token", lookup_n=None, tree=None):
-        pilot = seed == 1 and max_new_tokens == demo.PILOT_TOKENS
         if method == "ArS":
             return demo.Run("ArS", "-", 0, temperature, top_p, [1] * 4,
                             stats(float("nan"), 0, draft_ms=0.0, call_ms=DECODE_MS, ms_per_token=DECODE_MS), verify="-")
         if tree is not None:
-            s = stats(run_alpha, 0, draft_ms=PILOT_DRAFT_MS if pilot else 0.3)
+            s = stats(run_alpha, 0)
             return demo.Run("SpS", draft_name, tree.size, temperature, top_p, [1] * 4, s, verify="topk",
                             tree=tree.name, drawing=tree.drawing,
-                            profile=TREE_PILOT_PROFILE if pilot else run_profile)
+                            profile=run_profile)
         return demo.Run("SpS", draft_name, K, temperature, top_p, [1] * 4,
-                        stats(PILOT_ALPHA if pilot else run_alpha, K, draft_ms=PILOT_DRAFT_MS if pilot else 0.3),
+                        stats(run_alpha, K),
                         verify=verify)
     return generate
 
 
 def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None):
     monkeypatch.setattr(demo, "generate", fake_generate(run_alpha, run_profile))
+    monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
+    monkeypatch.setattr(demo, "replay_draft", lambda *a, **k: fake_replay())
     return demo.run_workloads(None, [1, 2, 3], [(0.0, None)], ["prompt-lookup"], K, 8, 0, log=lambda *a: None,
                               costs=COSTS, tree=tree)
 
@@ -50,10 +62,13 @@ def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None):
 @pytest.mark.parametrize("run_alpha, run_profile", [(0.3, [[0.2, 0.1, 0.0, 0.0]]), (0.6, [[0.5, 0.2, 0.0, 0.0]])])
 def test_the_prediction_comes_from_the_pilot_and_the_model_check_from_the_run(monkeypatch, run_alpha, run_profile):
     ars, chain, tree = workloads(monkeypatch, run_alpha, run_profile)
-    # before the run: the pilot's alpha 0.8 and c = 0.2 ms / 10 ms with the costs measured before it
-    K, before = speedup.best_gamma_measured(PILOT_ALPHA, PILOT_DRAFT_MS / DECODE_MS, COSTS)
+    # before the run: the replay's acceptance 0.8 and c = 0.2 ms / 10 ms with the costs measured before it
+    K, before = pilot.best_K(fake_replay(), PILOT_DRAFT_MS / DECODE_MS, COSTS)
     assert chain.K == K and chain.apriori == pytest.approx(before)
     assert f"K = {K} predicts {before:.2f}x" in chain.why_K
+    # at one acceptance everywhere that is Theorem 3.8, but for the pilot text's end (200 tokens)
+    assert before == pytest.approx(speedup.best_gamma_measured(PILOT_ALPHA, PILOT_DRAFT_MS / DECODE_MS, COSTS)[1],
+                                   rel=0.03)
     # the model check follows the run: its alpha, c = 0.3 ms / 10 ms and its call of 12 ms against 10 ms
     check = speedup.improvement_with_lengths(run_alpha, [0] * K + [5], 0.03, 1.2)
     assert chain.model_check == pytest.approx(float(check)) and chain.model_check != pytest.approx(chain.apriori)
@@ -97,5 +112,4 @@ def test_a_run_with_K_or_tree_given_has_no_prediction_and_says_so(monkeypatch, K
     assert "none: no a-priori prediction" in demo.table(results)
     assert "no a-priori prediction" in demo.verdicts(results)[-1]
     if tree is not None:  # the chain before it was chosen by a pilot and has its prediction
-        assert results[1].apriori == pytest.approx(
-            speedup.best_gamma_measured(PILOT_ALPHA, PILOT_DRAFT_MS / DECODE_MS, COSTS)[1])
+        assert results[1].apriori == pytest.approx(pilot.best_K(fake_replay(), PILOT_DRAFT_MS / DECODE_MS, COSTS)[1])

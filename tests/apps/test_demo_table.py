@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from specref import speedup
-from specref.apps import costs, demo
+from specref.apps import costs, demo, pilot as pilots
 
 
 def run(method, target_ms, draft="-", K=0):
@@ -113,7 +113,7 @@ def test_scoring_costs_price_K_drafts_at_the_call_that_scores_K_plus_1_tokens(mo
     clock = Clock()
     monkeypatch.setattr(costs, "time", clock)
     got = demo.scoring_costs(TimedModel(clock), repeats=3)
-    expected = [max(1.0, SCORE_MS[K + 1] / SCORE_MS[1]) for K in range(1, demo.K_CHOICES + 1)]
+    expected = [max(1.0, SCORE_MS[K + 1] / SCORE_MS[1]) for K in range(1, pilots.K_CHOICES + 1)]
     print(got)
-    assert len(got) == demo.K_CHOICES == 8
+    assert len(got) == pilots.K_CHOICES == 8
     assert got == pytest.approx(expected) == [1.1, 1.0, 1.3, 1.5, 1.6, 1.8, 2.1, 2.5]

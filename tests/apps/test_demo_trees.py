@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from specref import mrs_tree, speedup
-from specref.apps import demo
+from specref.apps import demo, pilot as pilots
 from specref.trees import Tree
 from specref.proof import tree_rule
 
 
 def test_the_shapes_are_trees_of_at_most_8_nodes_no_wider_than_4_and_no_chains():
-    shapes = demo.tree_shapes()
+    shapes = pilots.tree_shapes()
     assert {"2", "2x1", "3+1", "2+1+1", "4", "2x2", "4x1", "4+2+1+1"} <= set(shapes)
     assert len(set(shapes)) == len(shapes)
     for name in shapes:
@@ -47,7 +47,7 @@ def test_root_chances_are_the_exact_chances_of_each_child_being_accepted(childre
     want = [0.0] * len(xs)
     for chance, k in accepts:
         want[k] = float(chance)
-    got = demo.root_chances(np.array(xs), np.array([float(v) for v in P]), np.array([float(v) for v in Q]), children)
+    got = pilots.root_chances(np.array(xs), np.array([float(v) for v in P]), np.array([float(v) for v in Q]), children)
     assert got == pytest.approx(want, abs=1e-12)
 
 
@@ -60,7 +60,7 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
         got = profile(tokens, parents, rows_p, rows_q, np.random.default_rng(seed))
         np.testing.assert_array_equal(got, mrs_tree.verify_tree_rrs(tokens, parents, rows_p, rows_q, np.random.default_rng(seed)))
     assert profile.calls == 3
-    assert profile.profile[0] == pytest.approx(demo.root_chances(np.array([0, 1]), p, q, profile.drawing))
+    assert profile.profile[0] == pytest.approx(pilots.root_chances(np.array([0, 1]), p, q, profile.drawing))
 
 
 def pilot(profile, draft_ms, drawing="without_replacement"):
@@ -80,13 +80,13 @@ FREE = [1.0] * 8
 def test_the_chosen_tree_is_theorem_3_8_s_best_over_every_shape():
     profile = [0.35, 0.12, 0.07, 0.05]
     choice = demo.choose_tree(pilot(profile, 0.5), base(), FREE)
-    scores = {n: speedup.tree_walltime_improvement(Tree.parse(n).parents, profile, 0.05, 1.0) for n in demo.tree_shapes()}
+    scores = {n: speedup.tree_walltime_improvement(Tree.parse(n).parents, profile, 0.05, 1.0) for n in pilots.tree_shapes()}
     assert choice.predicted == pytest.approx(max(scores.values())) and scores[choice.tree] == choice.predicted
     assert choice.pays and f"tree {choice.tree} predicts" in choice.why() and "rrs children" in choice.why()
 
 
 def test_where_no_tree_pays_the_choice_the_table_and_the_verdicts_say_so():
-    chain = demo.KChoice(1, 0.3, 0.1, 0.7, 0.8)
+    chain = pilots.KChoice(1, 0.3, 0.1, 0.7, 0.8)
     choice = demo.choose_tree(pilot([0.3, 0.1, 0.05, 0.03], 1.0), base(), ZEN3, chain)
     assert not choice.pays and choice.predicted < 1 and "no tree pays (best tree" in choice.why()
     assert choice.why().endswith("(the chain: K = 1 predicts 0.70x)")
@@ -124,13 +124,13 @@ def test_tree_profile_adds_the_chances_at_each_node_the_walk_reaches_by_depth():
     assert profile(tokens, parents, rows_q, rows_q, ListedUniforms([0.0, 0.0, 0.5])).tolist()[:2] == [0, 3]
     # u = .9 rejects node 0 (q = .5), u = 0 accepts node 1, a leaf: the walk does not reach node 0's children
     assert profile(tokens, parents, rows_q, rows_q, ListedUniforms([0.9, 0.0, 0.5])).tolist()[0] == 1
-    root, depth1 = demo.root_chances(np.array([0, 1]), q0, q0, "topk"), demo.root_chances(np.array([3]), q1, q1, "topk")
+    root, depth1 = pilots.root_chances(np.array([0, 1]), q0, q0, "topk"), pilots.root_chances(np.array([3]), q1, q1, "topk")
     assert profile.calls == 2 and [reached for reached, _ in profile.deeper] == [1]
     assert len(profile.profile) == 2
     assert profile.profile[0] == pytest.approx(root) and profile.profile[1] == pytest.approx(depth1)
     # Theorem 3.8's count of tokens for a tree takes the table: node 2 is reached with chance q0(0) q1(3)
     assert speedup.tree_expected_tokens(parents, profile.profile) == pytest.approx(1 + 0.5 + 0.2 + 0.5 * 0.6)
-    assert demo.chances_text(profile.profile) == "0.50 0.20; depth 1: 0.60"
+    assert pilots.chances_text(profile.profile) == "0.50 0.20; depth 1: 0.60"
 
 
 def test_a_depth_no_walk_reached_ends_the_table_and_old_records_add_to_the_root_only():
@@ -152,7 +152,7 @@ def test_a_tree_of_n_nodes_is_priced_as_scoring_n_plus_1_tokens():
     assert choice.predicted == pytest.approx(speedup.tree_walltime_improvement(tree.parents, profile, 0.05,
                                                                                rising[tree.size - 1]))
     scores = {n: speedup.tree_walltime_improvement(Tree.parse(n).parents, profile, 0.05, rising[Tree.parse(n).size - 1])
-              for n in demo.tree_shapes(len(rising))}
+              for n in pilots.tree_shapes(len(rising))}
     assert choice.tree == max(scores, key=lambda n: (scores[n], -Tree.parse(n).size))
     cheaper = speedup.tree_walltime_improvement(tree.parents, profile, 0.05, rising[tree.size - 2])
     assert cheaper > choice.predicted  # the control: one token fewer would predict more

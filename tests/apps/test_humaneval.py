@@ -3,9 +3,9 @@ loop with stop sequences, resume, and a smoke run of the whole command on the re
 
 import argparse
 import hashlib
+import dataclasses
 import json
 import math
-import types
 
 import numpy as np
 import pytest
@@ -378,15 +378,15 @@ def fake_costs(ratio):
 
 
 def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path, code_model, monkeypatch):
-    """Without --K and --tree each draft gets the demo's choice (`demo.choose_K`, `demo.choose_tree`) from the run's
-    measured costs and its pilots; a tree row where the tree pays (the pilots' timings on this cheap target would
-    decide whether one does, so the test makes it pay with a free draft; test_demo_trees covers none paying)."""
+    """Without --K and --tree each draft gets the demo's choice (`demo.choose_K_replayed`, `demo.choose_tree_replayed`)
+    from the run's measured costs and its replay over the pilot's text; a tree row where the tree pays (the replay's
+    timings on this cheap target would decide whether one does, so the test makes it pay with a free draft;
+    test_demo_trees covers none paying)."""
     tree_pays = True
     monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
-    choose = demo.choose_tree
-    monkeypatch.setattr(demo, "choose_tree", lambda pilot, base, costs, chain: choose(
-        demo.Run(**{**pilot.__dict__, "stats": types.SimpleNamespace(
-            draft_ms_per_call=0.0 if tree_pays else 1e6)}), base, costs, chain))
+    choose = demo.choose_tree_replayed
+    monkeypatch.setattr(demo, "choose_tree_replayed", lambda replay, drawing, costs, chain: choose(
+        dataclasses.replace(replay, draft_seconds=0.0 if tree_pays else 1e6), drawing, costs, chain))
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]
     assert he.run(parse(argv), model=code_model) == 0

@@ -15,7 +15,7 @@ import pytest
 
 from specref.proof import stats
 from specref.proof.bugs import broken
-from specref.apps import demo
+from specref.apps import demo, pilot
 from specref import drafts, mrs, sampling
 from specref.protocol import next_distributions
 from specref.warps import Warped
@@ -131,7 +131,7 @@ def test_the_demo_chooses_K_per_draft_from_costs_measured_in_the_run(smollm2, pr
                                  eos=smollm2.tokenizer.eos_id, log=lines.append)
     assert any(line.startswith("  in decode steps: K=1 ") for line in lines)
     sps = results[1]
-    assert 1 <= sps.K <= demo.K_CHOICES and sps.why_K.startswith("alpha ")
+    assert 1 <= sps.K <= pilot.K_CHOICES and sps.why_K.startswith("alpha ")
     assert (f"K = {sps.K} predicts" in sps.why_K) or ("no K pays" in sps.why_K)
     assert "K per draft" in demo.table(results)
 

@@ -25,8 +25,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   calls, beside the measured tokens_per_target_call of the verifier that ran.
 - predicted_speedup: the speedup predicted BEFORE the run, by the pilot that chose this row's K or
   tree (below): Theorem 3.8 with the pilot's alpha (a tree: its chances by rank) and c, and the
-  scoring costs measured at the start of the run (`demo.KChoice.predicted`,
-  `demo.TreeChoice.predicted`).  ArS: 1.  None where no pilot chose the row (--K, --tree, or
+  scoring costs measured at the start of the run (`specref.apps.pilot.KChoice.predicted`,
+  `pilot.TreeChoice.predicted`).  ArS: 1.  None where no pilot chose the row (--K, --tree, or
   --no-bench-costs), or where the choice was stored by an older results file that did not store
   its prediction; predicted_note says which, and the table prints "none".
 - model_check_speedup: Leviathan Theorem 3.8 with the scoring cost measured rather than assumed
@@ -44,8 +44,9 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 K and the tree per draft.  Without --K and --tree, each draft gets, per setting, the K that
 Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
 `specref.trees.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K`,
-`demo.choose_tree`): from the scoring costs measured at the start of the run and short pilot runs on
-the first problem (the chain's alpha and c; the tree's chances by rank at each depth).  The choices
+`demo.choose_tree`): from the scoring costs measured at the start of the run and each draft replayed over
+the target's own completions of the first problems (`specref.apps.pilot`: the chance of acceptance at
+each position and depth, c, the tree's chances by rank at each depth; `choices.PILOT_PROBLEMS`).  The choices
 are stored in the results file with the speedups they predict, so a resumed run keeps both; a choice
 stored by an older results file has no prediction, and the run says so.  --K forces a chain of K for every
 draft, --tree a tree for every draft (`demo.tree_drawing` says how its children are drawn); with
@@ -53,7 +54,7 @@ either, nothing is chosen.  With --no-bench-costs there are no costs to choose w
 A tree row reports its shape (tree), how its children were drawn (verify: topk, mss or rrs),
 tree_profile (the chance that the walk goes on to each child of a node, by rank, exactly over the
 verifier's uniforms, averaged over the nodes reached at each depth: one list per depth, the root's
-first; `demo.TreeProfile`), its prediction before the run (the tree pilot's), and the model check of
+first; `demo.TreeProfile`), its prediction before the run (from the pilot's replay), and the model check of
 Theorem 3.8 for trees (`speedup.tree_walltime_improvement`) with that profile and the row's measured costs.
 
 The model sees the raw HumanEval prompt (code: imports, signature, docstring), not a chat

@@ -1,6 +1,7 @@
 """What is chosen before the run: the methods (ArS and SpS per draft, nucleus and greedy, or Chen
 Figure 1's sweep over K) and, without --K and --tree, each draft's K and tree per setting, chosen as
-the demo chooses them from pilot runs on the first problem and the run's measured scoring costs."""
+the demo chooses them: each draft replayed over the target's own completions of the first problems
+(`specref.apps.pilot`), with the run's measured scoring costs."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ import hashlib
 import json
 from typing import Iterable
 
+import numpy as np
+
 from specref import speedup
-from specref.apps import demo
+from specref.apps import demo, pilot
 from specref.apps.demo import tree_drawing
 from specref.apps.humaneval.problems import Problem
 from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, generate, lookup_n, method_rng,
@@ -17,6 +20,7 @@ from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, gener
 from specref.apps.named_drafts import by_name
 from specref.trees import Tree
 from specref.smollm2.draft import shipped_draft
+from specref.warps import Warp
 
 PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
@@ -48,54 +52,60 @@ def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
     return [Method(None, 0, *NUCLEUS)] + [Method(d, K, *NUCLEUS) for d in drafts for K in Ks]
 
 
+PILOT_PROBLEMS = 8  # the pilot's completions: the first this many problems, sampled by ArS at seed + demo.PILOT_SEED
+
+
 def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict]:
     """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree", "predicted_K", "predicted_tree"}: K and a
-    tree (None where none pays) per draft and setting, chosen as the demo chooses them (`demo.choose_K`,
-    `demo.choose_tree`) from pilot runs of demo.PILOT_TOKENS on the first problem (seed + 1; ArS, the chain, the
-    tree demo.TREE_PILOT) and the run's measured scoring costs, with the speedups those choices predict before the
-    run (`KChoice.predicted`, `TreeChoice.predicted`: the rows' "predicted_speedup").  Each choice is stored in the
+    tree (None where none pays) per draft and setting, chosen before the run (`demo.choose_K_replayed`,
+    `demo.choose_tree_replayed`) from the run's measured scoring costs and each draft replayed over the pilot's text
+    (`specref.apps.pilot`): the target's own completions of the first PILOT_PROBLEMS problems, sampled by ArS with
+    the run's warp, length and stop rule at seed + demo.PILOT_SEED, with the speedups those choices predict
+    (`KChoice.predicted`, `TreeChoice.predicted`: the rows' "predicted_speedup").  Each choice is stored in the
     results file and reused on resume (the costs measured again on resume do not change it: its rows are stored
     under the K and tree it chose).  A choice stored before its predictions were (an older results file) has
     predicted_K and predicted_tree None: its rows then have no a-priori prediction, and say why."""
     scoring = [speedup.plausible_score_cost(costs["score_ratio"][K])[0] for K in sorted(costs["score_ratio"])]
-    problem = bench.problems[0]
-    prompt, out = bench.prompt_ids[problem.task_id], {}
+    problems = bench.problems[:PILOT_PROBLEMS]
+    out = {}
     for temperature, top_p in (NUCLEUS, GREEDY):
-        base = None
+        texts = None
         for d in drafts:
             key = hashlib.sha256(json.dumps({"kind": "choice", "draft": d, "temperature": temperature,
-                                             "top_p": top_p, "pilot": [problem.task_id, demo.PILOT_TOKENS,
-                                                                       demo.PILOT_K, demo.TREE_PILOT],
+                                             "top_p": top_p, "pilot": ["replay", [p.task_id for p in problems],
+                                                                       demo.PILOT_SEED, pilot.K_CHOICES],
                                              "settings": settings_key("choice", Method(None, 0, temperature, top_p),
                                                                       bench.args, bench.model_name)},
                                             sort_keys=True).encode()).hexdigest()[:16]
             if (key, "choice") not in bench.stored:
-                if base is None:
-                    base = _pilot(bench, prompt, problem, Method(None, 0, temperature, top_p), None)
-                draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
-                                lookup_n(bench.args), neural=lambda: shipped_draft(bench.model))
-                chain = _pilot(bench, prompt, problem, Method(d, demo.PILOT_K, temperature, top_p), draft)
-                drawing = tree_drawing(d, temperature)
-                pilot_tree = Method(d, Tree.parse(demo.TREE_PILOT).size, temperature, top_p, demo.TREE_PILOT, drawing)
-                tree = _pilot(bench, prompt, problem, pilot_tree, draft)
-                k = demo.choose_K(chain, base, scoring)
-                t = demo.choose_tree(tree, base, scoring, k)
+                if texts is None:
+                    texts = [_pilot_text(bench, problem, temperature, top_p) for problem in problems]
+                replayed = None
+                for problem, text in zip(problems, texts):
+                    draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
+                                    lookup_n(bench.args), neural=lambda: shipped_draft(bench.model))
+                    one = pilot.replay(bench.model, draft, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
+                                       Warp(temperature, None, top_p), pilot.K_CHOICES, tree_drawing(d, temperature),
+                                       np.random.default_rng([bench.args.seed, demo.PILOT_SEED]),
+                                       text.stats.target_seconds / max(text.stats.loops, 1))
+                    replayed = one if replayed is None else replayed.add(one)
+                k = demo.choose_K_replayed(replayed, scoring)
+                t = demo.choose_tree_replayed(replayed, tree_drawing(d, temperature), scoring, k)
                 bench.record({"key": key, "task_id": "choice", "K": k.K, "why_K": k.why(),
                               "tree": t.tree if t.pays else None, "why_tree": t.why(),
-                              "predicted_K": k.predicted, "predicted_tree": t.predicted})
+                              "predicted_K": k.predicted, "predicted_tree": t.predicted,
+                              "pilot_tokens": replayed.tokens})
             c = bench.stored[(key, "choice")]
             out[(d, temperature, top_p)] = {**{k: c[k] for k in ("K", "tree", "why_K", "why_tree")},
                                             **{k: c.get(k) for k in PREDICTIONS}}
-            setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
+            setting = "greedy" if temperature == 0 else f"T {temperature}, top-p {top_p}"
             bench.log(f"{d}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
     return out
 
 
-def _pilot(bench: Benchmark, prompt, problem: Problem, method: Method, draft) -> "demo.Run":
-    """A pilot run of demo.PILOT_TOKENS (no stop sequences) as a demo.Run, for `demo.choose_K` / `choose_tree`."""
-    g = generate(prompt, bench.model, draft, method, demo.PILOT_TOKENS, bench.tokenizer,
-                 method_rng(bench.args.seed + 1, problem.task_id, method), stop=False,
-                 verify=getattr(bench.args, "verify", "token"))
-    profile = demo.profile_table(g.profile_calls, g.profile_sums, g.profile_deeper)
-    return demo.Run(method.name, method.draft or "-", method.K, method.temperature, method.top_p, [], g.stats,
-                       tree=method.tree or "", drawing=method.drawing or "", profile=profile)
+def _pilot_text(bench: Benchmark, problem: Problem, temperature: float, top_p: float | None):
+    """The target's own completion of `problem` for the pilot: ArS with the run's length and stop rule, at seed +
+    demo.PILOT_SEED (a Generation; its stats hold the tokens and the decode step's time)."""
+    method = Method(None, 0, temperature, top_p)
+    return generate(bench.prompt_ids[problem.task_id], bench.model, None, method, bench.args.max_new_tokens,
+                    bench.tokenizer, method_rng(bench.args.seed + demo.PILOT_SEED, problem.task_id, method))

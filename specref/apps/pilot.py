@@ -1,0 +1,316 @@
+"""The a-priori pilot: what each draft would do on the target's own text, measured before the run.
+
+Leviathan et al. 2023 predict a speedup from alpha (Definition 3.1), the draft's cost c and the cost
+of one target call (Theorem 3.8).  The commands choose K and a tree from such a prediction, so its
+inputs must be measured before the run, on text like the run's.  A short sampled run at the start of
+the answer is not such text: code answers begin by copying their prompt, and alpha there overstates
+the whole answer's.  This pilot instead reads the target's own text:
+
+1. The target completes the prompt alone (ArS, with the run's warp and stop rule, at a seed of its
+   own): `texts`.  Its decode step is timed there.
+2. Each draft is replayed over that completion as drafting would meet it, teacher forced.  For a
+   call whose first draft token is token t, the target has processed tokens[:t - 1] (the newest
+   token is not yet scored), and the draft proposes row after row over the true tokens t, t+1, ...,
+   chaining its own predictions past the target's last state, exactly as in a call that accepted
+   them (`replay`).  accept[n, j - 1] = sum_x min(p(x), q(x)) at the j-th row, both warped as the
+   run warps them: the chance that the j-th draft token is accepted given the first j - 1 were
+   (Definition 3.1, per position and depth instead of one average).  The rows are timed: c.
+3. The calls are followed in expectation over the completion (`call_mass`): a call that starts at
+   n and drafts k tokens yields t <= k tokens with probability a_1..a_{t-1} (1 - a_t), and k + 1
+   with a_1..a_k; the next call starts t tokens later.  Each call costs k c plus the measured cost
+   of scoring k + 1 tokens (`chain_speedup`).  Correlations along the text (a copied line accepts
+   run after run) are kept, which one average alpha loses.
+
+Greedy decoding with a deterministic draft has every accept 0 or 1, and the calls are then exactly
+those speculative sampling makes on that completion (a test checks this on the real model).  Under
+sampling the completion is one draw of the target's text: the run's own text differs, and a
+prediction is only as good as the pilot text is typical.
+
+A tree's chances by rank at each depth (`specref.apps.demo.TreeProfile`'s `profile`) come from the
+same replay: at each depth of each call the draft's children are drawn as the tree would draw them
+from the row there, and their chances (`root_chances`) are averaged, weighted by the chance
+that the walk got that deep.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from specref import speedup
+from specref.protocol import check_tokens, draft_length, next_distributions
+from specref.trees import Tree, draw_children
+from specref.warps import Warp
+
+K_CHOICES = 8    # K is chosen among 1..K_CHOICES
+TREE_DEPTHS = 4  # depths of a tree's profile measured (the root and depths 1 to 3), as demo.TREE_PILOT
+TREE_WIDTH = 4   # children ranked at each depth, and the widest node a chosen tree may have
+TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
+
+
+@dataclass
+class Replay:
+    """One draft replayed over the pilot's completions (module docstring)."""
+
+    accept: list = field(default_factory=list)   # per completion: [L, k_max], nan past the completion's end
+    drafted: list = field(default_factory=list)  # per completion: [L, k_max] ints, tokens drafted when allowed K = j + 1
+    tree_sums: np.ndarray = field(default_factory=lambda: np.zeros((TREE_DEPTHS, TREE_WIDTH)))  # chances by
+                                                 # [depth, rank], each weighted by the chance the walk got there
+    tree_weights: np.ndarray = field(default_factory=lambda: np.zeros(TREE_DEPTHS))  # [depth] the weights' sums
+    draft_seconds: float = 0.0   # time of the draft's rows (warped as the run warps them)
+    rows: int = 0                # rows drafted
+    decode_seconds: float = 0.0  # the target's decode step, from the pilot's ArS run
+
+    @property
+    def c(self) -> float:
+        """One draft row / one decode step."""
+        if not self.rows or not self.decode_seconds > 0:
+            raise ValueError("the replay has no timed rows or no decode step to compare them with")
+        return self.draft_seconds / self.rows / self.decode_seconds
+
+    @property
+    def alpha(self) -> float:
+        """The one-step-ahead acceptance averaged over the completions' positions (Definition 3.1)."""
+        first = np.concatenate([a[:, 0] for a in self.accept]) if self.accept else np.zeros(0)
+        return float(first.mean()) if first.size else 0.0
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of the completions replayed."""
+        return int(sum(len(a) for a in self.accept))
+
+    @property
+    def profile(self) -> list[list[float]]:
+        """The tree's chances by rank at each depth reached (the `accept` of `speedup.tree_expected_tokens`)."""
+        out = []
+        for sums, w in zip(self.tree_sums, self.tree_weights):
+            if not w > 0:
+                break
+            out.append([float(v) for v in sums / w])
+        return out
+
+    def add(self, other: "Replay") -> "Replay":
+        """This replay with another completion's pooled in (the decode step: the other's where it has one)."""
+        return Replay(self.accept + other.accept, self.drafted + other.drafted, self.tree_sums + other.tree_sums,
+                      self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
+                      self.rows + other.rows, other.decode_seconds or self.decode_seconds)
+
+
+def call_mass(accept: np.ndarray, drafted: np.ndarray) -> np.ndarray:  # [L, >= k], [L] -> [L]
+    """mass[n]: the expected number of calls that start at position n of a completion of L tokens (the
+    first call at 0), when a call at n drafts drafted[n] tokens accepted with accept[n, :] (module
+    docstring, step 3).  A call near the end drafts past the completion; only its rows inside count."""
+    L = len(drafted)
+    mass = np.zeros(L + int(np.max(drafted, initial=0)) + 2)
+    mass[0] = 1.0
+    for n in range(L):
+        m = mass[n]
+        if m == 0.0:
+            continue
+        k = min(int(drafted[n]), L - n)
+        reach = 1.0
+        for t in range(1, k + 1):
+            a = float(accept[n, t - 1])
+            mass[n + t] += m * reach * (1.0 - a)
+            reach *= a
+        mass[n + k + 1] += m * reach
+    return mass[:L]
+
+
+def chain_speedup(replay: Replay, K: int, c: float, costs) -> float:
+    """The predicted speedup over ArS of a chain of at most K drafts: tokens over the calls' cost in decode
+    steps, each call k c + costs[k - 1] (scoring k + 1 tokens; a call that drafts nothing is one decode step)."""
+    costs = np.asarray(costs, dtype=np.float64)
+    if not 1 <= K <= len(costs):
+        raise ValueError(f"K = {K}: the scoring costs cover K = 1 to {len(costs)}")
+    if not replay.accept:
+        raise ValueError("the replay read no completion")
+    if any(a.shape[1] < K for a in replay.accept):
+        raise ValueError(f"K = {K} is more than the {replay.accept[0].shape[1]} rows the replay drafted per call")
+    score = np.concatenate([[1.0], costs])          # score[k]: a call that drafted k tokens
+    tokens = cost = 0.0
+    for accept, drafted in zip(replay.accept, replay.drafted):
+        k = drafted[:, K - 1]
+        mass = call_mass(accept, k)
+        tokens += len(k)
+        cost += float(mass @ (k * c + score[k]))
+    return tokens / cost
+
+
+def best_K(replay: Replay, c: float, costs) -> tuple[int, float]:
+    """(K, predicted speedup) for the K in 1..len(costs) that `chain_speedup` predicts fastest (the smallest on ties)."""
+    k_max = min(len(costs), min(a.shape[1] for a in replay.accept))
+    pred = [chain_speedup(replay, K, c, costs) for K in range(1, k_max + 1)]
+    best = int(np.argmax(pred))
+    return best + 1, pred[best]
+
+
+def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: str | None = None,
+           rng: np.random.Generator | None = None, decode_seconds: float = 0.0) -> Replay:
+    """Replay `draft` over the target's own `completion` of `prompt` (module docstring, step 2).
+
+    Every call position n of the completion gets up to k_max rows; drawing (a tree's way of drawing
+    children, `specref.trees.draw_children`, or None) also measures a tree's chances by rank at depths
+    0 to TREE_DEPTHS - 1.  A target with a KV cache (`target.cache`) is rolled back so that at each call
+    it holds exactly what it would hold then: the draft reads the target's states only from there."""
+    prompt, completion = check_tokens(prompt, name="the prompt"), check_tokens(completion, name="the completion")
+    full = np.concatenate([prompt, completion])
+    P, L = len(prompt), len(completion)
+    q = warp(next_distributions(target, full, L + 1)[:L])      # [L, V] q[i]: the target's row for completion token i
+    cache = getattr(target, "cache", None)
+    accept = np.full((L, k_max), np.nan)
+    drafted = np.zeros((L, k_max), np.int64)
+    sums, weights = np.zeros((TREE_DEPTHS, TREE_WIDTH)), np.zeros(TREE_DEPTHS)
+    candidates = getattr(draft, "candidates", None) if drawing == "topk" else None
+    rng = rng if rng is not None else np.random.default_rng(0)
+    seconds, rows = 0.0, 0
+    for n in range(L - 1, -1, -1):                          # later calls first: the cache only shrinks
+        t = P + n                                           # the call's first draft token
+        if cache is not None and cache.length > t - 1:
+            cache.rollback(cache.length - (t - 1))
+        for K in range(1, k_max + 1):
+            drafted[n, K - 1] = draft_length(draft, full[:t], K)
+        reach = 1.0
+        for j in range(1, min(k_max, L - n) + 1):
+            context = full[:t + j - 1]
+            start = time.perf_counter()
+            raw = next_distributions(draft, context, 1)[0]
+            p = warp(raw[None])[0]
+            seconds += time.perf_counter() - start
+            rows += 1
+            accept[n, j - 1] = float(np.minimum(p, q[n + j - 1]).sum())
+            d = j - 1
+            if drawing is not None and d < TREE_DEPTHS and reach > 0:
+                if candidates is not None:
+                    kids = [int(v) for v in candidates(context, TREE_WIDTH)]
+                else:
+                    kids = draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)
+                chances = root_chances(kids, p, q[n + j - 1], drawing)
+                sums[d, :len(chances)] += reach * np.asarray(chances)
+                weights[d] += reach
+            reach *= accept[n, j - 1]
+    return Replay([accept], [drafted], sums, weights, seconds, rows, decode_seconds)
+
+
+# ---------------------------------------------------------------- the chances of a tree's children
+
+def root_chances(children_tokens, p: np.ndarray, q: np.ndarray, drawing: str) -> list[float]:  # [k], [V], [V] -> [k]
+    """The chance that the tree verifier for `drawing` accepts each child of the root, in order, exactly over
+    its uniforms (the rules of `specref.mrs`'s verify_tree_topk, _mss, _rrs): P(walk goes on to the child of rank r)."""
+    if drawing == "topk":
+        return [float(q[x]) for x in children_tokens]       # y ~ q, followed when it is a child
+    out, stay, w, d = [], 1.0, q.copy(), p.copy()           # w, d: the target's and the draft's rows as the tests leave them
+    for x in children_tokens:
+        a = min(1.0, w[x] / d[x]) if d[x] > 0 else 0.0
+        out.append(stay * a)
+        stay *= 1.0 - a
+        r = np.maximum(w - d, 0.0)
+        if r.sum() > 0:
+            w = r / r.sum()
+        if drawing == "without_replacement":
+            d[x] = 0.0
+            if d.sum() > 0:
+                d = d / d.sum()
+    return out
+
+
+def chances_text(profile) -> str:
+    """A profile in a line: the root's chances by rank, then each deeper depth's (one list: the same at every depth)."""
+    table = profile if all(np.ndim(row) == 1 for row in profile) else [profile]
+    rows = [" ".join(f"{v:.2f}" for v in row) for row in table if len(row)] or ["none measured"]
+    return rows[0] + "".join(f"; depth {d}: {row}" for d, row in enumerate(rows[1:], 1))
+
+
+# ---------------------------------------------------------------- what the pilot chooses
+
+@dataclass
+class KChoice:
+    """K for one draft and setting, from Leviathan's model with measured costs: `choose_K_replayed` (the calls over
+    the pilot's text), or `specref.apps.demo.choose_K` (Theorem 3.8 from one alpha and c)."""
+
+    K: int
+    alpha: float  # measured in the pilot (one step ahead, averaged over its text)
+    c: float  # one draft step / one decode step, measured in the pilot
+    predicted: float  # the a-priori prediction: the model's speedup at K from the pilot and the scoring costs
+                      # measured before the run (the table's "predicted")
+    needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`)
+
+    @property
+    def pays(self) -> bool:
+        return self.predicted > 1.0
+
+    def why(self) -> str:
+        head = f"alpha {self.alpha:.2f}, c {self.c:.3f}: "
+        if self.pays:
+            return head + f"K = {self.K} predicts {self.predicted:.2f}x"
+        return head + (f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); "
+                       + (f"it would take alpha >= {self.needed:.2f}" if self.needed < 1 else
+                          "no alpha would: every call costs more than it can yield"))
+
+
+def choose_K_replayed(replay: Replay, costs: list[float]) -> KChoice:
+    """K predicted fastest (`specref.apps.pilot.best_K`) from a draft's replay over the pilot's text and the
+    measured scoring costs; alpha and c in the choice are the replay's."""
+    c = replay.c
+    K, predicted = best_K(replay, c, costs)
+    return KChoice(K, replay.alpha, c, predicted, speedup.alpha_needed(c, costs))
+
+
+def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list[str]:
+    """The shapes `best_tree` considers: spines "a+b+..." (a >= 2, non-increasing) and widths "axb..."
+    (a >= 2, b... non-increasing) with at most max_nodes nodes and no node wider than max_width; chains
+    are left to the choice of K."""
+    def spines(left, top):  # non-increasing parts, each <= top, summing to at most `left`
+        for a in range(1, min(top, left) + 1):
+            yield [a]
+            for rest in spines(left - a, a):
+                yield [a] + rest
+
+    names = {"+".join(map(str, s)) for s in spines(max_nodes, max_width) if s[0] >= 2}
+    for s in spines(max_nodes, max_width):  # widths: the nodes at depth d are the product of the first d
+        if s[0] >= 2 and sum(int(np.prod(s[:d + 1])) for d in range(len(s))) <= max_nodes and len(s) > 1:
+            names.add("x".join(map(str, s)))
+    return sorted(names, key=lambda n: (Tree.parse(n).size, n))
+
+
+@dataclass
+class TreeChoice:
+    """A tree for one draft and setting, from Theorem 3.8 for trees with measured costs (`best_tree`)."""
+
+    tree: str  # the best shape of `tree_shapes()`
+    drawing: str
+    profile: list  # chances by rank at each depth, measured in the pilot (`specref.apps.pilot`)
+    c: float  # one draft row / one decode step, measured in the pilot
+    predicted: float  # the a-priori prediction: the model's speedup for that tree from the pilot's chances and c
+                      # and the scoring costs measured before the run (the table's "predicted")
+    chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
+
+    @property
+    def pays(self) -> bool:
+        return self.predicted > 1.0
+
+    def why(self) -> str:
+        head = f"{TREE_VERIFY[self.drawing]} children, chances by rank {chances_text(self.profile)}, c {self.c:.3f}: "
+        than = "" if self.chain is None else f" (the chain: K = {self.chain.K} predicts {self.chain.predicted:.2f}x)"
+        if self.pays:
+            return head + f"tree {self.tree} predicts {self.predicted:.2f}x" + than
+        return head + f"no tree pays (best tree {self.tree} predicts {self.predicted:.2f}x)" + than
+
+
+def choose_tree_replayed(replay: Replay, drawing: str, costs: list[float], chain: KChoice | None = None
+                         ) -> TreeChoice:
+    """`best_tree` with the chances by rank and c of a draft's replay over the pilot's text."""
+    return best_tree(replay.profile, drawing, replay.c, costs, chain)
+
+
+def best_tree(profile, drawing: str, c: float, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
+    """The tree of `tree_shapes()` that `speedup.tree_walltime_improvement` predicts fastest from chances by rank
+    at each depth (`profile`), c and the scoring costs (a tree of N nodes priced as scoring N + 1 tokens)."""
+    profile = profile or [0.0]
+    best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
+        Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))
+    tree = Tree.parse(best)
+    return TreeChoice(best, drawing, profile, c,
+                      speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)

@@ -1,0 +1,132 @@
+"""The a-priori pilot (`specref.apps.pilot`): a draft replayed over the target's own text, and the calls followed in
+expectation.  Exact checks: the expected calls against a direct recursion; one acceptance everywhere against
+Theorem 3.8; greedy decoding, where the replay must count exactly the calls speculative sampling makes on the same
+text (toy models by default, the real model and the trained draft with --slow, with a replay that lets the draft
+see the target's later states as its negative control)."""
+
+import numpy as np
+import pytest
+
+from specref import speedup
+from specref.apps import demo, pilot
+from specref.drafts import NGramDraft, PromptLookupDraft
+from specref.runstats import RunStats
+from specref.sampling import autoregressive_sampling, speculative_sampling
+from specref.smollm2.draft import shipped_draft
+from specref.warps import Warp, Warped
+
+
+def calls_by_recursion(accept, drafted, n=0):
+    """E[calls from position n on], straight from the definition: one call, then the expected rest."""
+    L = len(drafted)
+    if n >= L:
+        return 0.0
+    k = min(int(drafted[n]), L - n)
+    rest, reach = 0.0, 1.0
+    for t in range(1, k + 1):
+        rest += reach * (1 - accept[n, t - 1]) * calls_by_recursion(accept, drafted, n + t)
+        reach *= accept[n, t - 1]
+    return 1.0 + rest + reach * calls_by_recursion(accept, drafted, n + k + 1)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_expected_calls_are_those_of_the_recursion(seed):
+    rng = np.random.default_rng(seed)
+    L, K = 14, 4
+    accept = rng.choice([0.0, 1.0, rng.random()], size=(L, K))
+    drafted = rng.integers(0, K + 1, L)
+    assert pilot.call_mass(accept, drafted).sum() == pytest.approx(calls_by_recursion(accept, drafted), rel=1e-12)
+
+
+@pytest.mark.parametrize("alpha, K, c", [(0.8, 3, 0.05), (0.5, 1, 0.2), (0.95, 8, 0.01)])
+def test_one_acceptance_everywhere_is_theorem_3_8(alpha, K, c):
+    """With every draft token accepted with alpha, and every call drafting K, the replay's prediction is Theorem 3.8
+    with measured costs, up to the text's end (a call cut short there): within 0.2% at 5000 tokens."""
+    L, costs = 5000, [1.0 + 0.05 * k for k in range(1, 9)]
+    rep = pilot.Replay([np.full((L, 8), alpha)], [np.tile(np.arange(1, 9), (L, 1))], draft_seconds=c, rows=1,
+                       decode_seconds=1.0)
+    theorem = speedup.walltime_improvement_measured(alpha, K, c, costs[K - 1])
+    assert pilot.chain_speedup(rep, K, rep.c, costs) == pytest.approx(float(theorem), rel=2e-3)
+
+
+def test_a_call_that_drafts_nothing_costs_a_decode_step():
+    rep = pilot.Replay([np.zeros((50, 2))], [np.zeros((50, 2), np.int64)], draft_seconds=1.0, rows=1,
+                       decode_seconds=1.0)
+    assert pilot.chain_speedup(rep, 2, 5.0, [3.0, 4.0]) == pytest.approx(1.0)
+
+
+def test_bad_input_is_refused():
+    rep = pilot.Replay([np.zeros((5, 2))], [np.ones((5, 2), np.int64)])
+    with pytest.raises(ValueError, match="scoring costs cover K = 1 to 2"):
+        pilot.chain_speedup(rep, 3, 0.1, [1.0, 1.1])
+    with pytest.raises(ValueError, match="no timed rows"):
+        rep.c
+    with pytest.raises(ValueError, match="read no completion"):
+        pilot.chain_speedup(pilot.Replay(), 1, 0.1, [1.0])
+
+
+# ---- greedy: the replay counts the calls speculative sampling makes ----------------------------------------
+
+V = 9
+
+
+def toy_models():
+    rng = np.random.default_rng(3)
+    text = [list(rng.integers(0, V, 40)) for _ in range(6)]
+    target = NGramDraft.fit(text, V, n=3)
+    draft = NGramDraft.fit(text[:3] + [list(rng.integers(0, V, 40))], V, n=2)
+    return target, draft
+
+
+def spS_calls(target, draft, prompt, n, K, warp):
+    stats = RunStats()
+    out = speculative_sampling(prompt, Warped(draft, warp.temperature), Warped(target, warp.temperature), n, K,
+                               np.random.default_rng(0), on_step=stats.add)
+    return out[len(prompt):], stats.loops
+
+
+@pytest.mark.parametrize("name", ["ngram", "prompt-lookup-adaptive"])
+def test_greedy_replay_counts_the_calls_of_speculative_sampling(name):
+    target, ngram = toy_models()
+    draft = ngram if name == "ngram" else PromptLookupDraft(V, n=3, adaptive=True)
+    prompt, n, greedy = np.array([1, 2, 3, 1, 2]), 40, Warp(0.0)
+    text = autoregressive_sampling(prompt, Warped(target, 0.0), n, np.random.default_rng(0))[len(prompt):]
+    rep = pilot.replay(target, draft, prompt, text, greedy, 6)
+    for K in (1, 2, 4, 6):
+        tokens, calls = spS_calls(target, draft, prompt, n, K, greedy)
+        assert np.array_equal(tokens, text)                       # greedy: the same text
+        drafted = rep.drafted[0][:, K - 1]
+        assert pilot.call_mass(rep.accept[0], drafted).sum() == pytest.approx(calls)
+    assert set(np.unique(rep.accept[0][~np.isnan(rep.accept[0])])) <= {0.0, 1.0}
+
+
+class WithoutCache:
+    """The target without its cache: the replay cannot roll it back, so the draft reads the target's states of the
+    whole text, one step ahead at every depth (the negative control)."""
+
+    def __init__(self, model):
+        self.model = model
+
+    def next_probs(self, tokens, k):
+        return self.model.next_probs(tokens, k)
+
+
+@pytest.mark.slow
+def test_greedy_replay_of_the_trained_draft_counts_the_calls_on_the_real_model(smollm2):
+    """The trained draft chains its own states past the target's last one; the replay must show it the target's
+    states only up to where a call would have them.  Its negative control, a replay that does not roll the target
+    back, sees the true states at every depth and counts other calls."""
+    tok = smollm2.tokenizer
+    prompt = tok.chat([{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}])
+    text = demo.generate(smollm2, prompt, "ArS", "-", 1, 0.0, None, 40, 1, tok.eos_id)
+    draft = shipped_draft(smollm2)
+    rep = pilot.replay(smollm2, draft, prompt, text.tokens, Warp(0.0), 5)
+    unrolled = pilot.replay(WithoutCache(smollm2), draft, prompt, text.tokens, Warp(0.0), 5)
+    told_apart = []
+    for K in (1, 2, 3, 5):
+        run = demo.generate(smollm2, prompt, "SpS", "neural", K, 0.0, None, 40, 1, tok.eos_id)
+        assert run.tokens == text.tokens
+        assert pilot.call_mass(rep.accept[0], rep.drafted[0][:, K - 1]).sum() == pytest.approx(run.stats.loops)
+        wrong = pilot.call_mass(unrolled.accept[0], unrolled.drafted[0][:, K - 1]).sum()
+        told_apart.append(wrong != pytest.approx(run.stats.loops))
+    assert told_apart[0] is False and any(told_apart[1:])   # one step ahead the two agree; deeper they do not
