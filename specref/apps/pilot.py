@@ -235,7 +235,8 @@ class KChoice:
     c: float  # one draft step / one decode step, measured in the pilot
     predicted: float  # the a-priori prediction: the model's speedup at K from the pilot and the scoring costs
                       # measured before the run (the table's "predicted")
-    needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`)
+    needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`: one alpha for every token)
+    replayed: bool = False  # predicted from the calls over the pilot's text (`choose_K_replayed`), not one alpha
 
     @property
     def pays(self) -> bool:
@@ -245,9 +246,13 @@ class KChoice:
         head = f"alpha {self.alpha:.2f}, c {self.c:.3f}: "
         if self.pays:
             return head + f"K = {self.K} predicts {self.predicted:.2f}x"
-        return head + (f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); "
-                       + (f"it would take alpha >= {self.needed:.2f}" if self.needed < 1 else
-                          "no alpha would: every call costs more than it can yield"))
+        if self.needed >= 1:
+            return head + (f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); no alpha would: every call "
+                           f"costs more than it can yield")
+        if self.replayed:  # the text's acceptance is uneven: its mean alone does not decide
+            return head + (f"no K pays on the pilot's text (best K = {self.K} predicts {self.predicted:.2f}x); with "
+                           f"one alpha for every token it would take alpha >= {self.needed:.2f}")
+        return head + f"no K pays (best K = {self.K} predicts {self.predicted:.2f}x); it would take alpha >= {self.needed:.2f}"
 
 
 def choose_K_replayed(replay: Replay, costs: list[float]) -> KChoice:
@@ -255,7 +260,7 @@ def choose_K_replayed(replay: Replay, costs: list[float]) -> KChoice:
     measured scoring costs; alpha and c in the choice are the replay's."""
     c = replay.c
     K, predicted = best_K(replay, c, costs)
-    return KChoice(K, replay.alpha, c, predicted, speedup.alpha_needed(c, costs))
+    return KChoice(K, replay.alpha, c, predicted, speedup.alpha_needed(c, costs), replayed=True)
 
 
 def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list[str]:

@@ -130,3 +130,16 @@ def test_greedy_replay_of_the_trained_draft_counts_the_calls_on_the_real_model(s
         wrong = pilot.call_mass(unrolled.accept[0], unrolled.drafted[0][:, K - 1]).sum()
         told_apart.append(wrong != pytest.approx(run.stats.loops))
     assert told_apart[0] is False and any(told_apart[1:])   # one step ahead the two agree; deeper they do not
+
+
+def test_a_replayed_choice_that_does_not_pay_says_the_alpha_needed_is_for_one_alpha_everywhere():
+    """Uneven acceptance: accepted, accepted, rejected, rejected, over and over (mean 0.5).  One alpha of 0.5 for every
+    token would pay at this cost, and the text does not: a call after an acceptance lands two tokens on, on a
+    rejection, so the calls yield 4/3 tokens each, not 1.5."""
+    L = 400
+    accept = np.tile([1.0, 1.0, 0.0, 0.0], L // 4)[:, None]
+    rep = pilot.Replay([accept], [np.ones((L, 1), np.int64)], draft_seconds=0.01, rows=1, decode_seconds=1.0)
+    choice = pilot.choose_K_replayed(rep, [1.4])
+    assert choice.alpha == pytest.approx(0.5) and choice.needed < 0.5 and not choice.pays
+    assert pilot.chain_speedup(rep, 1, 0.01, [1.4]) == pytest.approx(L / (L * 3 / 4) / 1.41, rel=1e-2)
+    assert "no K pays on the pilot's text" in choice.why() and "with one alpha for every token" in choice.why()

@@ -78,8 +78,11 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                                                                       bench.args, bench.model_name)},
                                             sort_keys=True).encode()).hexdigest()[:16]
             if (key, "choice") not in bench.stored:
+                setting = "greedy" if temperature == 0 else f"T {temperature}, top-p {top_p}"
                 if texts is None:
+                    bench.log(f"pilot, {setting}: the target's own completions of {len(problems)} problems ...")
                     texts = [_pilot_text(bench, problem, temperature, top_p) for problem in problems]
+                bench.log(f"pilot, {setting}: replaying {d} over them ...")
                 replayed = None
                 for problem, text in zip(problems, texts):
                     draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
