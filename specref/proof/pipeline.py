@@ -360,22 +360,33 @@ def pvalues(pipe: Toy, samples: int, runs: int, first_seed: int, progress: Calla
     return out
 
 
-def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed: int = 1) -> dict:
-    """Runs check_pipeline with fresh seeds: on TOY (false alarms) and on each PIPELINE_BUGS pipeline (power)."""
+def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed: int = 1, power_runs: int = 0,
+            largest: int = 100_000) -> dict:
+    """Runs check_pipeline with fresh seeds: on TOY (false alarms) and on each PIPELINE_BUGS pipeline (power at
+    `samples`).  Also the sizes the noncentral chi-square gives for power 0.5 and 0.95 and, with power_runs, the
+    power measured at the size for 0.5 (power_runs fresh seeds; bugs whose size exceeds `largest` are left out)."""
     out = {"samples": samples, "level": FAMILY_LEVEL}
     toy = TOY
+    reference = toy.plain_law()
     ps = pvalues(toy, samples, runs_correct, first_seed)
     out["correct"] = {"runs": runs_correct, "failed": int(sum(p <= FAMILY_LEVEL for p in ps)),
                       "below_0.05": float(np.mean(np.array(ps) < 0.05)), "below_0.01": float(np.mean(np.array(ps) < 0.01)),
-                      "ks_uniform_p": float(sps.kstest(ps, "uniform").pvalue)}
-    reference = toy.plain_law()
+                      "ks_uniform_p": float(sps.kstest(ps, "uniform").pvalue),
+                      "total_variation": total_variation(toy.law(), reference)}
     for name, cls in PIPELINE_BUGS.items():
         bug = cls()
         law = bug.law()
         fails = sum(not check_pipeline(bug.generate, bug.plain, samples=samples, seed=first_seed + i).passed
                     for i in range(runs_bug))
+        half = samples_to_see(law, reference)
         out[name] = {"runs": runs_bug, "failed": int(fails), "total_variation": total_variation(law, reference),
-                     "acceptance": bug.acceptance(), "samples_for_power_0.5": samples_to_see(law, reference)}
+                     "acceptance": bug.acceptance(), "samples_for_power_0.5": half,
+                     "samples_for_power_0.95": samples_to_see(law, reference, 0.95)}
+        if power_runs and half <= largest:
+            caught = sum(not check_pipeline(bug.generate, bug.plain, samples=half, seed=first_seed + i).passed
+                         for i in range(power_runs))
+            out[name]["at_power_0.5_size"] = {"runs": power_runs, "failed": int(caught),
+                                              "fraction_failed": caught / power_runs}
     return out
 
 
@@ -407,6 +418,8 @@ def main(argv=None) -> int:
     ap.add_argument("--samples", type=int, default=SAMPLES)
     ap.add_argument("--first-seed", type=int, default=1)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--power-runs", type=int, default=0, metavar="R",
+                    help="also check each bug R times at the size computed for power 0.5 (sizes up to 100 000)")
     ap.add_argument("--small-runs", type=int, default=0, metavar="R",
                     help="instead: R runs each of the correct pipeline and bf16_draft at the size computed for 95%% power "
                          "(two-token sequences, about 3.7e7 a sample; a minute or two a run)")
@@ -416,7 +429,7 @@ def main(argv=None) -> int:
         result = measure_small(args.small_runs, first_seed=args.first_seed,
                                progress=lambda line: print(line, file=sys.stderr, flush=True))
     else:
-        result = measure(args.correct_runs, args.bug_runs, args.samples, args.first_seed)
+        result = measure(args.correct_runs, args.bug_runs, args.samples, args.first_seed, args.power_runs)
     result["seconds"] = time.time() - start
     text = json.dumps(result, indent=1)
     print(text)
