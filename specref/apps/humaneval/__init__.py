@@ -24,8 +24,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   drafts and rows (`specref.proof.stats.ExpectedTokens`, not timed) and averaged over the
   calls, beside the measured tokens_per_target_call of the verifier that ran.
 - predicted_speedup: the speedup predicted BEFORE the run, by the pilot that chose this row's K or
-  tree (below): Theorem 3.8 with the pilot's alpha (a tree: its chances by rank) and c, and the
-  scoring costs measured at the start of the run (`specref.apps.pilot.KChoice.predicted`,
+  tree (below): the draft replayed over the target's own completions (a tree: its chances by rank)
+  with its c, and the scoring costs measured at the start of the run (`specref.apps.pilot.KChoice.predicted`,
   `pilot.TreeChoice.predicted`).  ArS: 1.  None where no pilot chose the row (--K, --tree, or
   --no-bench-costs), or where the choice was stored by an older results file that did not store
   its prediction; predicted_note says which, and the table prints "none".
@@ -87,7 +87,7 @@ from specref.fast import load_fast
 from specref.fast.blas import describe_kernels, openblas_info
 from specref.apps import options, sandbox
 from specref.apps.costs import measure_costs
-from specref.apps.humaneval.choices import choose, methods_for, sweep_methods
+from specref.apps.humaneval.choices import PILOT_PROBLEMS, choose, methods_for, sweep_methods
 from specref.apps.humaneval.problems import STOP_SEQUENCES, load_problems
 from specref.apps.humaneval.report import (REPORT_FORMAT, OLD_CHOICE, add_bench_model_check, format_sweep,
                                            format_table, parity, summarize, sweep_rows)
@@ -205,8 +205,9 @@ def run(args, model=None) -> int:
             print(p["statement"])
         if report.get("choices"):
             print("K and tree per draft, and the speedups they predict before the run (the 'predicted' column): "
-                  "Theorem 3.8 (for trees too) with this run's scoring costs, from pilots on "
-                  f"{problems[0].task_id} (--K, --tree force them):")
+                  "each draft replayed over the target's own completions of the first "
+                  f"{min(len(problems), PILOT_PROBLEMS)} problems, with this run's scoring costs "
+                  "(specref.apps.pilot; --K, --tree force them):")
             for c in report["choices"]:
                 setting = "greedy" if c["temperature"] == 0 else f"T {c['temperature']:g}, top-p {c['top_p']:g}"
                 print(f"  {c['draft']}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")

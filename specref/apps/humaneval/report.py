@@ -65,7 +65,8 @@ def apriori(m: Method, choices: dict | None) -> tuple[float | None, str]:
     """(the speedup predicted for method `m` before the run, or None; why there is none, else "").
 
     ArS is the baseline: 1.  An SpS row's prediction is that of the choice that made it (`choices.choose`: the
-    pilot's alpha or chances and c, with the scoring costs measured before the run): the chain's for the K it
+    pilot's replay of the draft over the target's own completions, with the scoring costs measured before the run):
+    the chain's for the K it
     chose, the tree's for the tree it chose.  A row that no pilot chose (--K, --tree) has none (NO_PILOT), and so
     has a row whose choice was stored before its predictions were (OLD_CHOICE)."""
     if m.draft is None:
@@ -235,8 +236,8 @@ def format_table(rows: list[dict]) -> str:
             f"{r['model_check_speedup']:.2f}x | {_times(r.get('model_check_speedup_bench'))} | {alpha} | "
             f"{r['tokens_per_target_call']:.2f} | {_number(r.get('expected_tokens_per_call_token'))} | "
             f"{_number(r.get('expected_tokens_per_call_block'))} |")
-    notes = ["", "predicted: made before the run, from the pilot's alpha (a tree: its chances by rank) and c and the "
-                 "scoring costs measured before it (the choices below).",
+    notes = ["", "predicted: made before the run, from each draft replayed over the target's own pilot completions "
+                 "and the scoring costs measured before it (the choices below).",
              "model check (run's alpha, run's costs): Theorem 3.8 with the row's own alpha, c and scoring cost; with "
              "bench costs: the same with the scoring costs measured at the start. They check the model's algebra, "
              "not a prediction."]
