@@ -29,7 +29,8 @@ prediction is only as good as the pilot text is typical.
 A tree's chances by rank at each depth (`specref.apps.demo.TreeProfile`'s `profile`) come from the
 same replay: at each depth of each call the draft's children are drawn as the tree would draw them
 from the row there, and their chances (`root_chances`) are averaged, weighted by the chance
-that the walk got that deep.
+that the walk got that deep and by how often a call starts at that position (the expected calls of
+a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     cache = getattr(target, "cache", None)
     accept = np.full((L, k_max), np.nan)
     drafted = np.zeros((L, k_max), np.int64)
-    sums, weights = np.zeros((TREE_DEPTHS, TREE_WIDTH)), np.zeros(TREE_DEPTHS)
+    chances_at = np.zeros((L, TREE_DEPTHS, TREE_WIDTH))      # [n, depth, rank] chances, times the reach
+    reach_at = np.zeros((L, TREE_DEPTHS))                   # [n, depth] the chance the walk got there
     candidates = getattr(draft, "candidates", None) if drawing == "topk" else None
     rng = rng if rng is not None else np.random.default_rng(0)
     seconds, rows = 0.0, 0
@@ -188,9 +190,14 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
                 else:
                     kids = draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)
                 chances = root_chances(kids, p, q[n + j - 1], drawing)
-                sums[d, :len(chances)] += reach * np.asarray(chances)
-                weights[d] += reach
+                chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
+                reach_at[n, d] = reach
             reach *= accept[n, j - 1]
+    # Calls do not start at every position: one that accepts a run of drafts skips it, so the positions
+    # after a rejection start more calls than those inside a copied run.  Each position's chances count
+    # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`).
+    starts = call_mass(accept, drafted[:, k_max - 1])        # [L]
+    sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
     return Replay([accept], [drafted], sums, weights, seconds, rows, decode_seconds)
 
 

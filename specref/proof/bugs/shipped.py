@@ -123,9 +123,18 @@ class DraftFilterNotPassed(Bug):
         super().__init__(name, f"the drafts come from the draft row after a top-p {top_p} filter, but the verifier "
                                "is handed the unfiltered row (transformers #47932)")
         self.top_p = top_p
+        self._seen = {}  # p's bytes -> its filtered rows: a check hands the same rows thousands of times
 
     def _filtered(self, p):
-        return np.stack([top_p_filter(row, self.top_p) for row in np.asarray(p, dtype=np.float64)])
+        p = np.asarray(p, dtype=np.float64)
+        key = (p.shape, p.tobytes())
+        if key not in self._seen:
+            if len(self._seen) >= 256:
+                self._seen.clear()
+            rows = np.stack([top_p_filter(row, self.top_p) for row in p])
+            rows.setflags(write=False)
+            self._seen[key] = rows
+        return self._seen[key]
 
     def sample(self, x_draft, p, q, rng):
         return mrs.verify(coupled_drafts(x_draft, p, self._filtered(p), rng), p, q, rng)
