@@ -243,19 +243,22 @@ def pilot_completion(model, prompt_ids: list[int], temperature: float, top_p: fl
     return generate(model, prompt_ids, "ArS", "-", 1, temperature, top_p, max_new_tokens, seed + PILOT_SEED, eos)
 
 
-def replay_draft(model, prompt_ids: list[int], text: Run, draft, draft_name: str, seed: int = 0) -> pilot.Replay:
-    """`draft` (named draft_name) replayed over the pilot completion `text` (`specref.apps.pilot.replay`), with
-    K_CHOICES rows per call and the tree drawing `tree_drawing` gives it."""
-    warp = Warp(text.temperature, None, text.top_p)
-    return pilot.replay(model, draft, prompt_ids, text.tokens, warp, K_CHOICES,
-                        tree_drawing(draft_name, text.temperature), np.random.default_rng([seed, PILOT_SEED]),
-                        text.stats.target_seconds / max(text.stats.loops, 1))
+def replay_draft(model, prompt_ids: list[int], tokens, stats, draft, draft_name: str, temperature: float,
+                 top_p: float | None, seed: int = 0) -> pilot.Replay:
+    """`draft` (named draft_name) replayed over a pilot completion (`specref.apps.pilot.replay`): its `tokens`
+    and the `stats` of the ArS run that sampled them (its decode step is the unit of c), with K_CHOICES rows per
+    call, the run's warp and the tree drawing `tree_drawing` gives the draft.  `demo` and `humaneval` both call it."""
+    return pilot.replay(model, draft, prompt_ids, tokens, Warp(temperature, None, top_p), K_CHOICES,
+                        tree_drawing(draft_name, temperature), np.random.default_rng([seed, PILOT_SEED]),
+                        stats.target_seconds / max(stats.loops, 1))
 
 
 # ---------------------------------------------------------------- trees of drafts
 
 TREE_PILOT = "4+4+4+4"  # the pilot's tree: 4 children at the root and below the first child at depths 1 to 3,
                         # whose chances by rank at each depth are the profile (deeper depths take depth 3's)
+
+
 def tree_drawing(draft_name: str, temperature: float) -> str:
     """How the demo draws a draft's children: the draft's top-k (`specref.trees.draw_children`, verified by
     the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
@@ -390,8 +393,9 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     (`choose_K_replayed`, from the draft replayed over the pilot's text, `pilot_completion`, and `costs`,
     the scoring costs: measured now with `scoring_costs` if not given), and then also a tree
     (`choose_tree_replayed`): a tree row follows the chain's where one pays.  The replay predicts
-    token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1", `specref.trees.Tree.parse`) to run as a
-    tree row for every draft instead (children drawn as `tree_drawing` says)."""
+    token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1",
+    `specref.trees.Tree.parse`) to run as a tree row for every draft instead (children drawn as `tree_drawing`
+    says)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
     if K is None and costs is None:
@@ -411,7 +415,8 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             if K is None:
                 if text is None:
                     text = pilot_completion(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
-                replayed = replay_draft(model, prompt_ids, text, demo_draft(model, prompt_ids, name), name, seed)
+                replayed = replay_draft(model, prompt_ids, text.tokens, text.stats, demo_draft(model, prompt_ids, name),
+                                        name, temperature, top_p, seed)
                 choice = choose_K_replayed(replayed, costs)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")

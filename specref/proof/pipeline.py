@@ -360,6 +360,12 @@ def pvalues(pipe: Toy, samples: int, runs: int, first_seed: int, progress: Calla
     return out
 
 
+def failures(pipe: Toy, samples: int, runs: int, first_seed: int) -> int:
+    """How many of `runs` runs of check_pipeline on `pipe` (seeds first_seed, first_seed + 1, ...) fail."""
+    return sum(not check_pipeline(pipe.generate, pipe.plain, samples=samples, seed=first_seed + i).passed
+               for i in range(runs))
+
+
 def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed: int = 1, power_runs: int = 0,
             largest: int = 100_000) -> dict:
     """Runs check_pipeline with fresh seeds: on TOY (false alarms) and on each PIPELINE_BUGS pipeline (power at
@@ -376,15 +382,13 @@ def measure(runs_correct: int, runs_bug: int, samples: int = SAMPLES, first_seed
     for name, cls in PIPELINE_BUGS.items():
         bug = cls()
         law = bug.law()
-        fails = sum(not check_pipeline(bug.generate, bug.plain, samples=samples, seed=first_seed + i).passed
-                    for i in range(runs_bug))
+        fails = failures(bug, samples, runs_bug, first_seed)
         half = samples_to_see(law, reference)
         out[name] = {"runs": runs_bug, "failed": int(fails), "total_variation": total_variation(law, reference),
                      "acceptance": bug.acceptance(), "samples_for_power_0.5": half,
                      "samples_for_power_0.95": samples_to_see(law, reference, 0.95)}
         if power_runs and half <= largest:
-            caught = sum(not check_pipeline(bug.generate, bug.plain, samples=half, seed=first_seed + i).passed
-                         for i in range(power_runs))
+            caught = failures(bug, half, power_runs, first_seed)
             out[name]["at_power_0.5_size"] = {"runs": power_runs, "failed": int(caught),
                                               "fraction_failed": caught / power_runs}
     return out

@@ -43,8 +43,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 
 K and the tree per draft.  Without --K and --tree, each draft gets, per setting, the K that
 Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
-`specref.trees.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K`,
-`demo.choose_tree`): from the scoring costs measured at the start of the run and each draft replayed over
+`specref.trees.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K_replayed`,
+`demo.choose_tree_replayed`): from the scoring costs measured at the start of the run and each draft replayed over
 the target's own completions of the first problems (`specref.apps.pilot`: the chance of acceptance at
 each position and depth, c, the tree's chances by rank at each depth; `choices.PILOT_PROBLEMS`).  The choices
 are stored in the results file with the speedups they predict, so a resumed run keeps both; a choice

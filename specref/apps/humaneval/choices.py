@@ -9,8 +9,6 @@ import hashlib
 import json
 from typing import Iterable
 
-import numpy as np
-
 from specref import speedup
 from specref.apps import demo, pilot
 from specref.apps.demo import tree_drawing
@@ -20,7 +18,6 @@ from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, gener
 from specref.apps.named_drafts import by_name
 from specref.trees import Tree
 from specref.smollm2.draft import shipped_draft
-from specref.warps import Warp
 
 PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
@@ -69,6 +66,7 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
     problems = bench.problems[:PILOT_PROBLEMS]
     out = {}
     for temperature, top_p in (NUCLEUS, GREEDY):
+        setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
         texts = None
         for d in drafts:
             key = hashlib.sha256(json.dumps({"kind": "choice", "draft": d, "temperature": temperature,
@@ -78,7 +76,6 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                                                                       bench.args, bench.model_name)},
                                             sort_keys=True).encode()).hexdigest()[:16]
             if (key, "choice") not in bench.stored:
-                setting = "greedy" if temperature == 0 else f"T {temperature}, top-p {top_p}"
                 if texts is None:
                     bench.log(f"pilot, {setting}: the target's own completions of {len(problems)} problems ...")
                     texts = [_pilot_text(bench, problem, temperature, top_p) for problem in problems]
@@ -87,10 +84,8 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                 for problem, text in zip(problems, texts):
                     draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
                                     lookup_n(bench.args), neural=lambda: shipped_draft(bench.model))
-                    one = pilot.replay(bench.model, draft, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
-                                       Warp(temperature, None, top_p), pilot.K_CHOICES, tree_drawing(d, temperature),
-                                       np.random.default_rng([bench.args.seed, demo.PILOT_SEED]),
-                                       text.stats.target_seconds / max(text.stats.loops, 1))
+                    one = demo.replay_draft(bench.model, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
+                                            text.stats, draft, d, temperature, top_p, bench.args.seed)
                     replayed = one if replayed is None else replayed.add(one)
                 k = demo.choose_K_replayed(replayed, scoring)
                 t = demo.choose_tree_replayed(replayed, tree_drawing(d, temperature), scoring, k)
@@ -101,7 +96,6 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
             c = bench.stored[(key, "choice")]
             out[(d, temperature, top_p)] = {**{k: c[k] for k in ("K", "tree", "why_K", "why_tree")},
                                             **{k: c.get(k) for k in PREDICTIONS}}
-            setting = "greedy" if temperature == 0 else f"T {temperature}, top-p {top_p}"
             bench.log(f"{d}, {setting}: K: {c['why_K']}; tree: {c['why_tree']}")
     return out
 
