@@ -432,7 +432,7 @@ for what, plain_ms, fast_ms in [
 #
 # Algorithm 2 drafts $K$ tokens in every call. Nothing in its proof needs that: each call is an exact modified
 # rejection sampling of whatever drafts it holds, so a draft may draft fewer, $0 \le k \le K$, as long as it
-# chooses $k$ from the context before drawing any draft token (`specref.protocol.draft_length`; $k = 0$ makes the
+# chooses $k$ from the context before drawing any draft token (`specref.sampling.draft_length`; $k = 0$ makes the
 # call one step of Algorithm 1). The adaptive prompt lookup uses this: it drafts nothing unless the last 2 or more
 # tokens occurred earlier, and never past the end of what followed that occurrence. It copies from where the
 # longest suffix it can find (up to 8 tokens) occurred last: when text repeats, a longer match is likelier to be

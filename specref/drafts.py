@@ -3,7 +3,7 @@
 Leviathan et al. 2023, section 3.6 ("Approximation Models"): any model can draft, since MRS
 keeps the target's law whatever p is; negligible-cost drafts (c ~ 0) include n-gram
 models, a copy-from-context heuristic and even random tokens.  Each class here is a model
-in the sense of `specref.protocol`: `draft(tokens) -> [n, V]` plus `next_probs(tokens, k)`.
+in the sense of `specref.sampling`: `draft(tokens) -> [n, V]` plus `next_probs(tokens, k)`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Iterable
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from specref.protocol import check_tokens
+from specref.sampling import check_tokens
 from specref.trees import draw_children
 
 
@@ -121,7 +121,7 @@ class PromptLookupDraft(_RowModel):
     proposes the last token again.  Drafting K tokens continues the copy, because each
     drafted token becomes part of the context the next lookup sees.
 
-    adaptive=True adds `draft_length` (`specref.protocol`): a call drafts only as far as the copy
+    adaptive=True adds `draft_length` (`specref.sampling`): a call drafts only as far as the copy
     reaches, that is, nothing unless the last 2 or more tokens occurred earlier (a 1-token match is
     mostly chance), and at most the tokens that followed that occurrence up to the end of the
     context, never more than K.  A call without a copy is then a plain decode step instead of

@@ -118,7 +118,7 @@ def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
 
 def improvement_with_lengths(alpha, calls_by_gamma, c, score_cost):
     """walltime_improvement_measured for a draft that drafts a different number of tokens per call
-    (`specref.protocol.draft_length`): calls_by_gamma[g] calls drafted g tokens (a histogram).
+    (`specref.sampling.draft_length`): calls_by_gamma[g] calls drafted g tokens (a histogram).
 
     Each call yields Eq. 1's tokens for its own gamma, so the tokens per call are Eq. 1 averaged
     over the calls; a call costs its gamma times c plus its scoring, in decode steps: score_cost

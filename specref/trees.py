@@ -13,10 +13,10 @@ prefix (the root is the prefix's last token) is
 A chain of K drafts is the tree with parents [-1, 0, ..., K-2].
 
 A model may offer `model.score_tree(tokens, tree_tokens, parents) -> [N+1, V]`, all the rows in one
-call, and `model.keep_path(nodes)` (`specref.protocol.keep_path`) to keep only an accepted path's
+call, and `model.keep_path(nodes)` (`specref.sampling.keep_path`) to keep only an accepted path's
 positions in its cache afterwards (the real model does both); any other model is asked once per node.
 
-`tree_step` is lines 5-14 of Chen's Algorithm 2 for a tree (`specref.sampling.speculative_sampling`
+`Tree.step` is lines 5-14 of Chen's Algorithm 2 for a tree (`specref.sampling.speculative_sampling`
 hands them here): draft a tree (`draft_tree`, each node's children by `draw_children`), score it in
 one target call (`tree_distributions`), verify it (a verifier of specref/mrs_tree.py) and keep the
 accepted path in the target's cache.
@@ -30,7 +30,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs, verifiers
-from specref.protocol import check_tokens, keep_path, next_distributions
+from specref.sampling import check_tokens, keep_path, next_distributions
 
 # How a node's children can be drawn (`draw_children`); each has its exact verifier (`verifiers.for_drawing`).
 DRAWINGS = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.TREES)  # "topk", "iid", "without_replacement"
@@ -162,7 +162,85 @@ def tree_distributions(model, tokens: np.ndarray, tree_tokens, parents) -> np.nd
     return out
 
 
-# ---------------------------------------------------------------- the shape a loop drafts, and drawing it
+# ---------------------------------------------------------------- drawing a tree
+
+def draw_children(p: np.ndarray, width: int, drawing: str, rng: np.random.Generator) -> list[int]:  # [V] -> [<= width]
+    """One node's children, drawn from the draft's row p as `drawing` says; each way has its exact verifier.
+
+    "topk"                 the `width` tokens with the largest p (ties to the lower id; never a token with
+                           p = 0, so fewer if fewer have p > 0); no randomness.  verify_tree_topk is exact
+                           for children chosen in any way that does not look at the target, so a draft may
+                           rank them itself instead (its `candidates(tokens, k)`: `draft_tree`).
+    "iid"                  `width` independent draws from p (`mrs.sample`, one uniform each); they may
+                           repeat.  Verified by verify_tree_mss (SpecInfer).
+    "without_replacement"  min(width, tokens with p > 0) draws, each from p without the tokens already
+                           drawn (one uniform each).  Verified by verify_tree_rrs (recursive rejection sampling).
+    The children are returned in the order drawn, which is the order the verifiers test them in.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    if drawing == "topk":
+        live = np.flatnonzero(p > 0)
+        if width < live.size:  # the width-th largest value, then every token above it and the lowest ids at it
+            kth = np.partition(p[live], live.size - width)[live.size - width]
+            above, at = live[p[live] > kth], live[p[live] == kth]
+            live = np.concatenate([above, at[: width - above.size]])
+        return [int(v) for v in live[np.lexsort((live, -p[live]))]]  # largest p first, ties to the lower id
+    if drawing == "iid":
+        return [mrs.sample(p, rng) for _ in range(width)]
+    if drawing == "without_replacement":
+        left, out = p.copy(), []
+        for _ in range(min(width, int(np.count_nonzero(p > 0)))):
+            out.append(mrs.sample(left, rng))
+            left[out[-1]] = 0.0
+        return out
+    raise ValueError(f"drawing must be one of {', '.join(DRAWINGS)}, got {drawing!r}")
+
+
+def draft_tree(draft_model, x: np.ndarray, tree: "Tree", rng: np.random.Generator
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # [n] -> tokens [m], parents [m], p [m+1, V], calls
+    """Lines 5-7 for a tree: the drafted tokens, their parents, the draft's rows and the draft calls made.
+
+    The nodes of `tree`'s shape get their children parent by parent (the root first, then node 0,
+    node 1, ...): the draft's row after the node's root-to-node path, then `draw_children` with the
+    number of children the shape gives it.  With "topk" a draft that offers `candidates(tokens, k)`
+    (the k tokens it would propose, best first; prompt lookup's several matches) names them itself.
+    A node its parent's row could not fill (fewer tokens with p > 0, or fewer candidates, than the
+    shape asks) is left out with its subtree, so m <= N.  p holds the row each node's children were
+    drawn from: row 0 at the root, row i + 1 after node i, zeros after a node without children (no
+    verifier reads those rows; verify_tree_topk reads none).
+    """
+    shape = tree.parents
+    kids = children_of(shape)  # kids[r]: template nodes under template row r (0: the root)
+    candidates = getattr(draft_model, "candidates", None) if tree.drawing == "topk" else None
+    token, path, rows, calls = {}, {-1: x}, {}, 0  # per template node: its token, its tokens from the prompt, its row
+    for r, under in enumerate(kids):  # template row r: the root (r = 0) or template node r - 1
+        if not under or (r - 1) not in path:  # a leaf, or a node left out
+            continue
+        p_r = mrs.check_distribution(next_distributions(draft_model, path[r - 1], 1)[0], "draft distribution")
+        calls += 1
+        rows[r - 1] = p_r
+        if candidates is not None:
+            xs = [int(v) for v in candidates(path[r - 1], len(under))]
+            if len(xs) > len(under) or len(set(xs)) < len(xs):
+                raise ValueError(f"{draft_model!r}.candidates returned {xs} for k = {len(under)}; expected at most "
+                                 f"{len(under)} distinct token ids")
+        else:
+            xs = draw_children(p_r, len(under), tree.drawing, rng)
+        for i, v in zip(under, xs):  # children the row could not fill stay out
+            token[i], path[i] = v, np.append(path[r - 1], v)
+    kept = sorted(token)  # template nodes drawn, in template order (parents before children)
+    index = {i: n for n, i in enumerate(kept)}
+    parents = np.array([index[shape[i]] if shape[i] >= 0 else -1 for i in kept], dtype=np.int64)
+    tokens = np.array([token[i] for i in kept], dtype=np.int64)
+    p = np.zeros((len(kept) + 1, rows[-1].shape[0]))  # [m+1, V]
+    p[0] = rows[-1]
+    for i in kept:
+        if i in rows:
+            p[index[i] + 1] = rows[i]
+    return tokens, parents, p, calls
+
+
+# ---------------------------------------------------------------- the shape a loop drafts, and its step of Algorithm 2
 
 @dataclass(frozen=True)
 class Tree:
@@ -237,98 +315,19 @@ class Tree:
         """The same shape with children drawn another way."""
         return Tree(self.parents, drawing, self.name)
 
+    def step(self, draft_model, target_model, x: np.ndarray, rng: np.random.Generator,
+             verify_tree: Callable) -> tuple[np.ndarray | None, int, int, int | None]:  # [n] -> new [m], ...
+        """Lines 5-14 of Algorithm 2 for a tree: (the accepted path plus one token, or None if the draft
+        proposed nothing; the nodes drafted; the draft calls made; the levels of the tree tested).
 
-def draw_children(p: np.ndarray, width: int, drawing: str, rng: np.random.Generator) -> list[int]:  # [V] -> [<= width]
-    """One node's children, drawn from the draft's row p as `drawing` says; each way has its exact verifier.
-
-    "topk"                 the `width` tokens with the largest p (ties to the lower id; never a token with
-                           p = 0, so fewer if fewer have p > 0); no randomness.  verify_tree_topk is exact
-                           for children chosen in any way that does not look at the target, so a draft may
-                           rank them itself instead (its `candidates(tokens, k)`: `draft_tree`).
-    "iid"                  `width` independent draws from p (`mrs.sample`, one uniform each); they may
-                           repeat.  Verified by verify_tree_mss (SpecInfer).
-    "without_replacement"  min(width, tokens with p > 0) draws, each from p without the tokens already
-                           drawn (one uniform each).  Verified by verify_tree_rrs (recursive rejection sampling).
-    The children are returned in the order drawn, which is the order the verifiers test them in.
-    """
-    p = np.asarray(p, dtype=np.float64)
-    if drawing == "topk":
-        live = np.flatnonzero(p > 0)
-        if width < live.size:  # the width-th largest value, then every token above it and the lowest ids at it
-            kth = np.partition(p[live], live.size - width)[live.size - width]
-            above, at = live[p[live] > kth], live[p[live] == kth]
-            live = np.concatenate([above, at[: width - above.size]])
-        return [int(v) for v in live[np.lexsort((live, -p[live]))]]  # largest p first, ties to the lower id
-    if drawing == "iid":
-        return [mrs.sample(p, rng) for _ in range(width)]
-    if drawing == "without_replacement":
-        left, out = p.copy(), []
-        for _ in range(min(width, int(np.count_nonzero(p > 0)))):
-            out.append(mrs.sample(left, rng))
-            left[out[-1]] = 0.0
-        return out
-    raise ValueError(f"drawing must be one of {', '.join(DRAWINGS)}, got {drawing!r}")
-
-
-def draft_tree(draft_model, x: np.ndarray, tree: Tree, rng: np.random.Generator
-               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:  # [n] -> tokens [m], parents [m], p [m+1, V], calls
-    """Lines 5-7 for a tree: the drafted tokens, their parents, the draft's rows and the draft calls made.
-
-    The nodes of `tree`'s shape get their children parent by parent (the root first, then node 0,
-    node 1, ...): the draft's row after the node's root-to-node path, then `draw_children` with the
-    number of children the shape gives it.  With "topk" a draft that offers `candidates(tokens, k)`
-    (the k tokens it would propose, best first; prompt lookup's several matches) names them itself.
-    A node its parent's row could not fill (fewer tokens with p > 0, or fewer candidates, than the
-    shape asks) is left out with its subtree, so m <= N.  p holds the row each node's children were
-    drawn from: row 0 at the root, row i + 1 after node i, zeros after a node without children (no
-    verifier reads those rows; verify_tree_topk reads none).
-    """
-    shape = tree.parents
-    kids = children_of(shape)  # kids[r]: template nodes under template row r (0: the root)
-    candidates = getattr(draft_model, "candidates", None) if tree.drawing == "topk" else None
-    token, path, rows, calls = {}, {-1: x}, {}, 0  # per template node: its token, its tokens from the prompt, its row
-    for r, under in enumerate(kids):  # template row r: the root (r = 0) or template node r - 1
-        if not under or (r - 1) not in path:  # a leaf, or a node left out
-            continue
-        p_r = mrs.check_distribution(next_distributions(draft_model, path[r - 1], 1)[0], "draft distribution")
-        calls += 1
-        rows[r - 1] = p_r
-        if candidates is not None:
-            xs = [int(v) for v in candidates(path[r - 1], len(under))]
-            if len(xs) > len(under) or len(set(xs)) < len(xs):
-                raise ValueError(f"{draft_model!r}.candidates returned {xs} for k = {len(under)}; expected at most "
-                                 f"{len(under)} distinct token ids")
-        else:
-            xs = draw_children(p_r, len(under), tree.drawing, rng)
-        for i, v in zip(under, xs):  # children the row could not fill stay out
-            token[i], path[i] = v, np.append(path[r - 1], v)
-    kept = sorted(token)  # template nodes drawn, in template order (parents before children)
-    index = {i: n for n, i in enumerate(kept)}
-    parents = np.array([index[shape[i]] if shape[i] >= 0 else -1 for i in kept], dtype=np.int64)
-    tokens = np.array([token[i] for i in kept], dtype=np.int64)
-    p = np.zeros((len(kept) + 1, rows[-1].shape[0]))  # [m+1, V]
-    p[0] = rows[-1]
-    for i in kept:
-        if i in rows:
-            p[index[i] + 1] = rows[i]
-    return tokens, parents, p, calls
-
-
-# ---------------------------------------------------------------- one step of Algorithm 2 on a tree
-
-def tree_step(draft_model, target_model, x: np.ndarray, tree: Tree, rng: np.random.Generator,
-              verify_tree: Callable) -> tuple[np.ndarray | None, int, int, int | None]:  # [n] -> new [m], ...
-    """Lines 5-14 of Algorithm 2 for a tree: (the accepted path plus one token, or None if the draft
-    proposed nothing; the nodes drafted; the draft calls made; the levels of the tree tested).
-
-    With nothing drafted the caller takes one step of Algorithm 1 (line 14 alone); `levels` is None then.
-    """
-    tokens, parents, p, draft_calls = draft_tree(draft_model, x, tree, rng)  # lines 5-7
-    if not len(tokens):
-        return None, 0, draft_calls, None
-    q = tree_distributions(target_model, x, tokens, parents)  # line 8: one target call, a row per node
-    new = verify_tree(tokens, parents, p, q, rng)  # lines 9-14: accepted path plus one token
-    path = path_nodes(tokens, parents, new[:-1])
-    keep_path(target_model, path)  # the target's cache keeps the accepted path, not the rest
-    levels = len(path) + bool(np.any(parents == (path[-1] if path else -1)))  # + the last node's tests
-    return new, len(tokens), draft_calls, levels
+        With nothing drafted the caller takes one step of Algorithm 1 (line 14 alone); `levels` is None then.
+        """
+        tokens, parents, p, draft_calls = draft_tree(draft_model, x, self, rng)  # lines 5-7
+        if not len(tokens):
+            return None, 0, draft_calls, None
+        q = tree_distributions(target_model, x, tokens, parents)  # line 8: one target call, a row per node
+        new = verify_tree(tokens, parents, p, q, rng)  # lines 9-14: accepted path plus one token
+        path = path_nodes(tokens, parents, new[:-1])
+        keep_path(target_model, path)  # the target's cache keeps the accepted path, not the rest
+        levels = len(path) + bool(np.any(parents == (path[-1] if path else -1)))  # + the last node's tests
+        return new, len(tokens), draft_calls, levels

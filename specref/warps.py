@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specref.protocol import draft_length, keep_path, next_distributions
+from specref.sampling import draft_length, keep_path, next_distributions
 from specref.trees import tree_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
@@ -138,7 +138,7 @@ class Warped:
         return self.warp(tree_distributions(self.model, tokens, tree_tokens, parents))
 
     def keep_path(self, nodes) -> None:  # [m] -> None
-        """The wrapped model's (`specref.protocol.keep_path`)."""
+        """The wrapped model's (`specref.sampling.keep_path`)."""
         keep_path(self.model, nodes)
 
     def __repr__(self) -> str:

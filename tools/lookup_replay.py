@@ -34,7 +34,7 @@ from specref.apps import demo  # noqa: E402
 from specref.apps.humaneval.problems import load_problems  # noqa: E402
 from specref.drafts import PromptLookupDraft  # noqa: E402
 from specref.files import write_text  # noqa: E402
-from specref.protocol import draft_length  # noqa: E402
+from specref.sampling import draft_length  # noqa: E402
 from specref.smollm2.fetch import cache_root  # noqa: E402
 from specref.fast import load_fast  # noqa: E402
 

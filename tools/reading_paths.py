@@ -165,13 +165,13 @@ def report(name: str, entries: list[str], skip: set[str]) -> str:
 
 
 # The paths issue "one idea, one home" asks about.  The chain path follows speculative_sampling with its
-# default verifier; the tree path with the tree verifier a Tree drawn i.i.d. uses (verify_tree_mss), the
-# chain branch and Algorithm 1 left out; the checker path follows conform.check of a chain verifier.
+# default verifier; the tree path adds the tree step the loop calls on its `tree` argument (Tree.step) and
+# the tree verifier a Tree drawn i.i.d. uses (verify_tree_mss), the chain's verifier left out; the checker
+# path follows conform.check of a chain verifier.
 PATHS = {
-    "Algorithm 2, a chain": (["specref.sampling:speculative_sampling", "specref.mrs:verify"],
-                             {"specref.trees:tree_step"}),
-    "Algorithm 2, a tree": (["specref.sampling:speculative_sampling", "specref.mrs_tree:verify_tree_mss"],
-                            {"specref.mrs:verify"}),
+    "Algorithm 2, a chain": (["specref.sampling:speculative_sampling", "specref.mrs:verify"], set()),
+    "Algorithm 2, a tree": (["specref.sampling:speculative_sampling", "specref.trees:Tree.step",
+                             "specref.mrs_tree:verify_tree_mss"], {"specref.mrs:verify"}),
     "conform.check of a verifier": (["specref.proof.conform.run:check"], set()),
 }
 

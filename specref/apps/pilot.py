@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from specref import speedup
-from specref.protocol import check_tokens, draft_length, next_distributions
+from specref.sampling import check_tokens, draft_length, next_distributions
 from specref.trees import Tree, draw_children
 from specref.warps import Warp
 

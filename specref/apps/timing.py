@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.protocol import draft_length, keep_path, next_distributions
+from specref.sampling import draft_length, keep_path, next_distributions
 from specref.runstats import RunStats
 from specref.sampling import Step, autoregressive_sampling, speculative_sampling
 from specref.trees import Tree, tree_distributions

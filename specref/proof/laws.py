@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.protocol import next_distributions
+from specref.sampling import next_distributions
 
 
 def accepted_count_law(p: np.ndarray, q: np.ndarray) -> np.ndarray:  # [K, V], [K+1, V] -> [K+1]

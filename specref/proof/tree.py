@@ -35,7 +35,7 @@ from specref import verifiers
 from specref.proof import laws
 from specref.proof.bugs import tree as tree_bugs
 from specref.proof.tree_rule import MSS, RRS, TOPK, Rule, _as_float, _normalised
-from specref.protocol import next_distributions
+from specref.sampling import next_distributions
 from specref.trees import DRAWINGS, draw_children, node_paths  # DRAWINGS: how each algorithm's trees are drawn
 
 # The suite's small tree: two children at the root and two under each (N = 6 nodes, depth 2).
@@ -181,7 +181,7 @@ def loop_law(law_given_tree: Callable, drawing: str, draft, target, prompt, N: i
     draft at the tokens so far (`drawing`'s way, `widths`), the target scores it, and the call's output has law
     law_given_tree(tokens, parents, p, q) (`Rule.law`, a bug's law); a call that overshoots N is cut to N.
 
-    draft and target are models (specref.protocol); a model with an `order` (laws.MarkovChain) sees only its last
+    draft and target are models (specref.sampling); a model with an `order` (laws.MarkovChain) sees only its last
     `order` tokens, so one call law per such tail is computed.  For the correct rules this is the target's own
     sequence law (`laws.sequence_law`); for a bug it is that bug's law of whole sequences.
     """

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref.files import replacing
-from specref.protocol import check_tokens
+from specref.sampling import check_tokens
 
 D_MODEL = 576
 PARAM_NAMES = ("A", "b", "W1", "b1", "W2")

@@ -1,7 +1,7 @@
 """SmolLM2-135M in NumPy: a minimal Llama forward pass with an explicit, rollback-able KV cache.
 
 Functions in the picoGPT style, one concept each, shape comments on every def; float32 throughout.
-`SmolLM2` wraps them as a *model* in the sense of `specref.protocol`: `m(tokens) -> probs [n, V]`,
+`SmolLM2` wraps them as a *model* in the sense of `specref.sampling`: `m(tokens) -> probs [n, V]`,
 `m.next_probs(tokens, k) -> float64 [k, V]`, `m.logits(tokens) -> float32 [n, V]`.  Every call
 reuses the cache for the longest prefix it shares with the tokens already processed, rolls the
 cache back past that prefix (rejected draft tokens leave no trace), and computes only the new
@@ -26,7 +26,7 @@ from typing import Callable
 import numpy as np
 
 from specref import trees
-from specref.protocol import check_tokens
+from specref.sampling import check_tokens
 from specref.smollm2.tokenizer import Tokenizer
 from specref.smollm2.weights import Config, LayerWeights, Weights, gguf_path, load_weights, open_weights_file
 

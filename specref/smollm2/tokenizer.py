@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from specref.protocol import check_tokens
+from specref.sampling import check_tokens
 from specref.smollm2.gguf_file import GGUFFile, open_gguf
 
 

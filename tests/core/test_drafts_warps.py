@@ -8,7 +8,7 @@ from hypothesis.extra.numpy import arrays
 
 from specref import drafts, warps
 from specref.apps.named_drafts import by_name
-from specref.protocol import next_distributions
+from specref.sampling import next_distributions
 
 
 def test_uniform_draft():

@@ -1,4 +1,4 @@
-"""The tree entry points of the model protocol: specref.trees.check_tree and tree_distributions, specref.protocol.keep_path.
+"""The tree entry points of the model protocol: specref.trees.check_tree and tree_distributions, specref.sampling.keep_path.
 
 A model without score_tree gets its tree rows one root-to-node path at a time; one with it is
 asked once.  Both give row 0 after the prefix and row i+1 after node i's path, checked here
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from specref.proof.laws import MarkovChain
-from specref.protocol import keep_path
+from specref.sampling import keep_path
 from specref.trees import check_tree, tree_distributions
 
 PARENTS = [-1, -1, 0, 0, 1, 2, 2]      # the root has children 0 and 1, node 0 has 2 and 3, node 2 has 5 and 6

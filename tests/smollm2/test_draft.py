@@ -18,7 +18,7 @@ from specref.runstats import RunStats
 from specref.apps import draft_corpus, train_draft as td
 from specref.proof import stats
 from specref.proof.bugs import broken
-from specref.protocol import draft_length, next_distributions
+from specref.sampling import draft_length, next_distributions
 from specref.smollm2 import draft as nd
 from specref.warps import Warped
 

@@ -17,7 +17,7 @@ from specref.proof import stats
 from specref.proof.bugs import broken
 from specref.apps import demo, pilot
 from specref import drafts, mrs, sampling
-from specref.protocol import next_distributions
+from specref.sampling import next_distributions
 from specref.warps import Warped
 
 PROMPTS = [
