@@ -127,7 +127,7 @@ def existing(root: pathlib.Path, kind: str, index: int) -> tuple[pathlib.Path, i
 
 
 def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int = 32,
-          cache_dir=None) -> list[pathlib.Path]:
+          cache_dir=None, threads: int = 1) -> list[pathlib.Path]:
     """Make the shards until the training shards hold at least `positions` positions; returns every shard's path.
 
     One build at a time per directory: a second one started meanwhile stops with an error (it would
@@ -139,10 +139,11 @@ def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int =
         except BlockingIOError:
             raise RuntimeError(f"another draft-data build is writing {root}; wait for it to end (or stop it) "
                                "and run this command again to resume") from None
-        return _build(spec, positions, root, log, batch, cache_dir)
+        return _build(spec, positions, root, log, batch, cache_dir, threads)
 
 
-def _build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int, cache_dir) -> list[pathlib.Path]:
+def _build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int, cache_dir,
+           threads: int) -> list[pathlib.Path]:
     functions = corpus(root, spec.seed, log, cache_dir)
     model = None
     items = None
@@ -153,7 +154,8 @@ def _build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int,
         found = existing(root, kind, index)
         if found is None:
             if model is None:
-                model = fast_model(load_smollm2(cache_dir, progress=log), Plan.fixed("panels"))  # one core
+                # each product split over `threads` cores by output columns: the same numbers on any count
+                model = fast_model(load_smollm2(cache_dir, progress=log), Plan.fixed("panels", threads))
                 items = Items(spec, functions, model.tokenizer)
             t0, cpu0 = time.perf_counter(), time.process_time()
             arrays = make_shard(model, kind, index, items(kind, index), spec.seed, spec.max_new, batch)
@@ -196,6 +198,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch", type=options.integer(1, 256), default=32,
                         help="completions run together, one decode step for all (default 32; "
                              "the data does not depend on it)")
+    parser.add_argument("--threads", type=options.integer(1, 64), default=1,
+                        help="cores each product is split over (default 1, which leaves the others free; "
+                             "the data does not depend on it)")
     parser.add_argument("--cache-dir", type=options.directory, default=None,
                         help="cache directory (default $SPECREF_CACHE or ~/.cache/specref)")
 
@@ -206,7 +211,7 @@ def run(args) -> int:
     log = lambda text: print(text, flush=True)  # noqa: E731
     log(f"draft data: at least {args.positions:,} training positions in {root}")
     try:
-        build(spec, args.positions, root, log, args.batch, args.cache_dir)
+        build(spec, args.positions, root, log, args.batch, args.cache_dir, args.threads)
     except RuntimeError as e:                     # a leak, a corpus too small, another build running
         print(f"python -m specref draft-data: error: {e}", file=sys.stderr)
         return 1

@@ -89,6 +89,7 @@ BAD = {
         "--positions": [["--positions", "0"], ["--positions", "2e6"], ["--positions", "2,000,000"]],
         "--seed": [["--seed", "-1"], ["--seed", "x"]],
         "--batch": [["--batch", "0"], ["--batch", "257"]],
+        "--threads": [["--threads", "0"], ["--threads", "two"]],
         "--cache-dir": [["--cache-dir", "{file}"]],
     },
     "conform": {
