@@ -351,9 +351,9 @@ def test_bad_adapters_are_named():
         conform.check(mrs.verify, algorithm="greedy")
 
 
-def test_total_variation_and_count_marginal():
+def test_frequency_distance_and_count_marginal():
     law = {(0,): 0.5, (1,): 0.5}
-    assert conform.total_variation(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
+    assert conform.frequency_distance(Counter({(0,): 3, (1,): 1}), law) == pytest.approx(0.25)
     assert conform._count_marginal({(1, 2): 0.25, (3,): 0.5, (0, 1, 2): 0.25}) == {(1,): 0.25, (0,): 0.5, (2,): 0.25}
 
 

@@ -85,7 +85,7 @@ from specref.proof.conform.adapter import Adapter, adapt  # noqa: F401
 from specref.proof.conform.algorithms import (BLOCK, CHECKED_AS, DIAGNOSED, KNOWN_BUGS, SIGNATURES,  # noqa: F401
                                               TOKEN_LEVEL, TREE_EDGE_BUGS)
 from specref.proof.conform.checks import (FAMILY_LEVEL, FIT_LEVEL, FLOOR, LOG_MARGIN, SEQ_N, SEQ_PROMPT,  # noqa: F401
-                                          SEQ_V, U_MAX, forbidden, law_check, log_likelihood, total_variation)
+                                          SEQ_V, U_MAX, forbidden, law_check, log_likelihood, frequency_distance)
 from specref.proof.conform.report import Report  # noqa: F401
 from specref.proof.conform.report import summary as _summary  # noqa: F401  (tests/proof/test_shipped.py's name)
 from specref.proof.conform.run import (CALL_LIMIT, RUN_LIMIT, assert_conforms, check, exact_checks,  # noqa: F401

@@ -34,8 +34,8 @@ SEQ_V, SEQ_N, SEQ_PROMPT = laws.SEQ_V, laws.SEQ_N, laws.SEQ_PROMPT
 
 # ---------------------------------------------------------------- the diagnosis
 
-def total_variation(counts: Counter, law: dict) -> float:
-    """Half the L1 distance between the observed frequencies and a law."""
+def frequency_distance(counts: Counter, law: dict) -> float:
+    """The total variation between the observed frequencies (counts / n) and a law: half the L1 distance."""
     n = sum(counts.values())
     return 0.5 * sum(abs(counts.get(k, 0) / n - law.get(k, 0.0)) for k in set(counts) | set(law))
 
@@ -70,8 +70,8 @@ def _name_the_bug(check: Check, counts: Counter, law: dict, bug_laws: dict, sign
     if found in by_name:
         check.bug = found
         check.diagnosis = (f"looks like {found}: {by_name[found].about} (total variation "
-                           f"{total_variation(counts, bug_laws[found]):.3f}; from the correct law "
-                           f"{total_variation(counts, law):.3f})")
+                           f"{frequency_distance(counts, bug_laws[found]):.3f}; from the correct law "
+                           f"{frequency_distance(counts, law):.3f})")
     else:
         evidence = forbidden(counts, law) or largest_deviation(counts, law)
         check.diagnosis = f"{found}; {evidence}" if found else NO_BUG_FITS + evidence
