@@ -250,7 +250,7 @@ def replay_draft(model, prompt_ids: list[int], tokens, stats, draft, draft_name:
     call, the run's warp and the tree drawing `tree_drawing` gives the draft.  `demo` and `humaneval` both call it."""
     return pilot.replay(model, draft, prompt_ids, tokens, Warp(temperature, None, top_p), K_CHOICES,
                         tree_drawing(draft_name, temperature), np.random.default_rng([seed, PILOT_SEED]),
-                        stats.target_seconds / max(stats.loops, 1))
+                        stats.target_seconds, stats.loops)
 
 
 # ---------------------------------------------------------------- trees of drafts

@@ -7,7 +7,8 @@ the answer is not such text: code answers begin by copying their prompt, and alp
 the whole answer's.  This pilot instead reads the target's own text:
 
 1. The target completes the prompt alone (ArS, with the run's warp and stop rule, at a seed of its
-   own): `texts`.  Its decode step is timed there.
+   own): `texts`.  Its decode steps are timed there; over several prompts (HumanEval's pilot problems)
+   c's unit is their mean over all of them.
 2. Each draft is replayed over that completion as drafting would meet it, teacher forced.  For a
    call whose first draft token is token t, the target has processed tokens[:t - 1] (the newest
    token is not yet scored), and the draft proposes row after row over the true tokens t, t+1, ...,
@@ -62,14 +63,15 @@ class Replay:
     tree_weights: np.ndarray = field(default_factory=lambda: np.zeros(TREE_DEPTHS))  # [depth] the weights' sums
     draft_seconds: float = 0.0   # time of the draft's rows (warped as the run warps them)
     rows: int = 0                # rows drafted
-    decode_seconds: float = 0.0  # the target's decode step, from the pilot's ArS run
+    decode_seconds: float = 0.0  # the target's decode steps in the pilot's ArS runs, their time in all
+    decode_steps: int = 0        # and their number: c's unit is their mean
 
     @property
     def c(self) -> float:
-        """One draft row / one decode step."""
-        if not self.rows or not self.decode_seconds > 0:
+        """One draft row / one decode step (the mean over every pilot completion pooled in)."""
+        if not self.rows or not self.decode_steps or not self.decode_seconds > 0:
             raise ValueError("the replay has no timed rows or no decode step to compare them with")
-        return self.draft_seconds / self.rows / self.decode_seconds
+        return self.draft_seconds / self.rows / (self.decode_seconds / self.decode_steps)
 
     @property
     def alpha(self) -> float:
@@ -93,10 +95,11 @@ class Replay:
         return out
 
     def add(self, other: "Replay") -> "Replay":
-        """This replay with another completion's pooled in (the decode step: the other's where it has one)."""
+        """This replay with another completion's pooled in (rows, times and decode steps added up)."""
         return Replay(self.accept + other.accept, self.drafted + other.drafted, self.tree_sums + other.tree_sums,
                       self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
-                      self.rows + other.rows, other.decode_seconds or self.decode_seconds)
+                      self.rows + other.rows, self.decode_seconds + other.decode_seconds,
+                      self.decode_steps + other.decode_steps)
 
 
 def call_mass(accept: np.ndarray, drafted: np.ndarray) -> np.ndarray:  # [L, >= k], [L] -> [L]
@@ -149,13 +152,15 @@ def best_K(replay: Replay, c: float, costs) -> tuple[int, float]:
 
 
 def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: str | None = None,
-           rng: np.random.Generator | None = None, decode_seconds: float = 0.0) -> Replay:
+           rng: np.random.Generator | None = None, decode_seconds: float = 0.0, decode_steps: int = 0) -> Replay:
     """Replay `draft` over the target's own `completion` of `prompt` (module docstring, step 2).
 
     Every call position n of the completion gets up to k_max rows; drawing (a tree's way of drawing
     children, `specref.trees.draw_children`, or None) also measures a tree's chances by rank at depths
     0 to TREE_DEPTHS - 1.  A target with a KV cache (`target.cache`) is rolled back so that at each call
-    it holds exactly what it would hold then: the draft reads the target's states only from there."""
+    it holds exactly what it would hold then: the draft reads the target's states only from there.
+    decode_seconds, decode_steps: the target's time and steps in the ArS run that sampled the completion
+    (their mean is the unit of c; `Replay.add` pools them over completions)."""
     prompt, completion = check_tokens(prompt, name="the prompt"), check_tokens(completion, name="the completion")
     full = np.concatenate([prompt, completion])
     P, L = len(prompt), len(completion)
@@ -198,7 +203,7 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`).
     starts = call_mass(accept, drafted[:, k_max - 1])        # [L]
     sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
-    return Replay([accept], [drafted], sums, weights, seconds, rows, decode_seconds)
+    return Replay([accept], [drafted], sums, weights, seconds, rows, decode_seconds, decode_steps)
 
 
 # ---------------------------------------------------------------- the chances of a tree's children

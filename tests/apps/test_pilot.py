@@ -44,14 +44,14 @@ def test_one_acceptance_everywhere_is_theorem_3_8(alpha, K, c):
     with measured costs, up to the text's end (a call cut short there): within 0.2% at 5000 tokens."""
     L, costs = 5000, [1.0 + 0.05 * k for k in range(1, 9)]
     rep = pilot.Replay([np.full((L, 8), alpha)], [np.tile(np.arange(1, 9), (L, 1))], draft_seconds=c, rows=1,
-                       decode_seconds=1.0)
+                       decode_seconds=1.0, decode_steps=1)
     theorem = speedup.walltime_improvement_measured(alpha, K, c, costs[K - 1])
     assert pilot.chain_speedup(rep, K, rep.c, costs) == pytest.approx(float(theorem), rel=2e-3)
 
 
 def test_a_call_that_drafts_nothing_costs_a_decode_step():
     rep = pilot.Replay([np.zeros((50, 2))], [np.zeros((50, 2), np.int64)], draft_seconds=1.0, rows=1,
-                       decode_seconds=1.0)
+                       decode_seconds=1.0, decode_steps=1)
     assert pilot.chain_speedup(rep, 2, 5.0, [3.0, 4.0]) == pytest.approx(1.0)
 
 
@@ -138,8 +138,20 @@ def test_a_replayed_choice_that_does_not_pay_says_the_alpha_needed_is_for_one_al
     rejection, so the calls yield 4/3 tokens each, not 1.5."""
     L = 400
     accept = np.tile([1.0, 1.0, 0.0, 0.0], L // 4)[:, None]
-    rep = pilot.Replay([accept], [np.ones((L, 1), np.int64)], draft_seconds=0.01, rows=1, decode_seconds=1.0)
+    rep = pilot.Replay([accept], [np.ones((L, 1), np.int64)], draft_seconds=0.01, rows=1, decode_seconds=1.0, decode_steps=1)
     choice = pilot.choose_K_replayed(rep, [1.4])
     assert choice.alpha == pytest.approx(0.5) and choice.needed < 0.5 and not choice.pays
     assert pilot.chain_speedup(rep, 1, 0.01, [1.4]) == pytest.approx(L / (L * 3 / 4) / 1.41, rel=1e-2)
     assert "no K pays on the pilot's text" in choice.why() and "with one alpha for every token" in choice.why()
+
+
+def test_pooled_replays_measure_c_against_the_mean_decode_step_of_every_pilot_text():
+    """c's unit is the decode step over all the pilot's ArS runs, not the last one's: two texts whose decode steps
+    took 1 s and 3 s (one step each), with 0.2 s of draft rows each, give c = 0.4 / 2 rows / 2 s = 0.1."""
+    one = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1,
+                       decode_seconds=1.0, decode_steps=1)
+    two = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1,
+                       decode_seconds=3.0, decode_steps=1)
+    assert one.add(two).c == pytest.approx(0.1) and two.add(one).c == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="no decode step"):
+        _ = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1).c
