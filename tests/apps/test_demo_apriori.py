@@ -30,7 +30,7 @@ def fake_replay(L=200):
     sums[0] = np.asarray(TREE_PILOT_PROFILE[0]) * L
     return pilot.Replay([np.full((L, pilot.K_CHOICES), PILOT_ALPHA)],
                         [np.tile(np.arange(1, pilot.K_CHOICES + 1), (L, 1))], sums,
-                        np.array([L, 0.0, 0.0, 0.0]), PILOT_DRAFT_MS, 1, DECODE_MS)
+                        np.array([L, 0.0, 0.0, 0.0]), PILOT_DRAFT_MS, 1, DECODE_MS, 1)
 
 
 def fake_generate(run_alpha, run_profile):
