@@ -168,14 +168,15 @@ def report(name: str, entries: list[str], skip: set[str]) -> str:
 # default verifier; the tree path adds the tree step the loop calls on its `tree` argument (Tree.step) and
 # the tree verifier a Tree drawn i.i.d. uses (verify_tree_mss), the chain's verifier left out; the checker
 # path follows conform.check of a chain verifier, with the chain part's functions the run calls on the module
-# `part(algorithm)` returns (conform/chain.py).
+# `algorithms.part(algorithm)` returns (conform/chain.py).
 PATHS = {
     "Algorithm 2, a chain": (["specref.sampling:speculative_sampling", "specref.mrs:verify"], set()),
     "Algorithm 2, a tree": (["specref.sampling:speculative_sampling", "specref.trees:Tree.step",
                              "specref.mrs_tree:verify_tree_mss"], {"specref.mrs:verify"}),
     "conform.check of a verifier": (["specref.proof.conform.run:check"] + [
         f"specref.proof.conform.chain:{name}" for name in ("probe_args", "vectors_check", "edge_checks", "plan",
-                                                            "certain_name", "certain_check")], set()),
+                                                            "certain_name", "certain_check", "check_laws", "caught",
+                                                            "diagnosed", "edge_bug")], set()),
 }
 
 

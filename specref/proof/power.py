@@ -12,13 +12,11 @@ law (mass eps under the bug) adds 1 - (1 - eps)^n.  A run of the checker fails i
 independent checks does; the sequence checks are left out here, so a run's power computed here is a
 lower bound and its sample size for 95% power an upper bound.
 
-Whether a check of a given size tests anything at all (`counts_as_test`, the sequence checks
-included through `laws.speculative_sequence_law`): at least two bins, and at least half of the
-known bugs it sees at its default size seen at that size.
-
-Tree verifiers (conform.check of a tree algorithm): the same, on the exact laws of cases.tree_call_law and
-cases.tree_sequence_law against the known bugs of tree.ALGORITHMS[algorithm]; `tree_caught` counts
-the sequence checks too, their laws being exact (tree.loop_law).
+Whether a check of a given size tests anything at all (`counts_as_test`): at least two bins, and at
+least half of the known bugs it sees at its default size seen at that size.  It reads a check's
+exact laws, (default n, correct law, the known bugs' laws): `check_laws` gives them for a chain
+verifier's run (the sequence checks included through `laws.speculative_sequence_law`); the tree
+checks' come from their exact laws in `specref.proof.conform.tree`.
 """
 
 from __future__ import annotations
@@ -28,7 +26,7 @@ import math
 
 from scipy import stats as sps
 
-from specref.proof import cases, laws, stats, tree
+from specref.proof import cases, laws, stats
 from specref.proof.bugs import shipped
 from specref.proof.stats import total_variation
 
@@ -161,12 +159,8 @@ def sequence_law(law_given_drafts, K: int) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def check_laws(algorithm: str, bugs: tuple) -> dict:
-    """Every chi-square check of a run (the sequence checks too): name -> (default n, correct law, the laws of `bugs`).
-
-    bugs: the known bugs the checks are there for (conform.SIGNATURES[algorithm], or for a tree algorithm
-    tree.ALGORITHMS[algorithm].bugs), each with its exact call law."""
-    if algorithm in tree.ALGORITHMS:
-        return _tree_check_laws(algorithm, bugs)
+    """Every chi-square check of a chain verifier's run (the sequence checks too): name -> (default n, correct law,
+    the laws of `bugs`), each bug with its exact call law (the chain part's known bugs, `conform.chain.SIGNATURES`)."""
     out = {}
     for i, ((name, case, marginal), correct) in enumerate(zip(_checks(algorithm), _correct_laws(algorithm))):
         out[name] = (case.n, cases.count_marginal(correct) if marginal else correct,
@@ -178,64 +172,33 @@ def check_laws(algorithm: str, bugs: tuple) -> dict:
     return out
 
 
-def _tree_check_laws(algorithm: str, bugs: tuple) -> dict:
-    # A tree run's checks (conform.check of a tree algorithm): one call on each of cases.tree_cases(), and the tree loop's sequences.
-    out = {}
-    for case in cases.tree_cases():
-        out[f"one call: {case.name}"] = (case.n, cases.tree_call_law(algorithm, case.name),
-                                         tuple(cases.tree_call_law(algorithm, case.name, bug.name) for bug in bugs))
-    for widths in cases.TREE_SEQ_WIDTHS:
-        out[f"sequences {'x'.join(map(str, widths))}"] = (
-            cases.TREE_N_SEQUENCES, cases.tree_sequence_law(algorithm, widths),
-            tuple(cases.tree_sequence_law(algorithm, widths, bug.name) for bug in bugs))
-    return out
-
-
-def tree_caught(algorithm: str, samples: dict, level: float, edges: set[str]) -> tuple[list[str], list[str]]:
-    """(the known bugs of tree.ALGORITHMS[algorithm] a tree run with these per-check samples catches with >= 95% power,
-    the others), each with its power; a bug in `edges` is caught for certain by an exact-tier edge check that ran."""
-    bugs = tuple(tree.ALGORITHMS[algorithm].bugs)
-    laws = check_laws(algorithm, bugs)
-    yes, no = [], []
-    for k, bug in enumerate(bugs):
-        if bug.name in edges:
-            yes.append(f"{bug.name} (edge check)")
-            continue
-        miss = 1.0
-        for name, n in samples.items():
-            _, correct, bug_laws = laws[name]
-            miss *= 1.0 - check_power(bug_laws[k], correct, n, level)
-        (yes if 1.0 - miss >= 0.95 else no).append(f"{bug.name} ({1.0 - miss:.0%})")
-    return yes, no
-
-
-@functools.lru_cache(maxsize=None)
-def _sees_full(algorithm: str, bugs: tuple, name: str, level: float) -> int:
-    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
-    return sees(correct, bug_laws, n_full, level)
-
-
-def counts_as_test(algorithm: str, bugs: tuple, name: str, n: int, level: float) -> bool:
-    """Whether the check `name` of n draws tests anything (see above): at least two bins, and at least half the known
-    bugs it sees at its default size seen at this one."""
-    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
+def counts_as_test(laws: tuple, n: int, level: float, full: int | None = None) -> bool:
+    """Whether a check of n draws with these exact laws, (default n, correct law, the known bugs' laws), tests
+    anything (see above): at least two bins, and at least half the known bugs it sees at its default size seen at
+    this one (full: how many that is, if already counted)."""
+    n_full, correct, bug_laws = laws
     if len(stats.pooled_bins(correct, n)) < 2:
         return False
-    return n >= n_full or 2 * sees(correct, bug_laws, n, level) >= _sees_full(algorithm, bugs, name, level)
+    if n >= n_full:
+        return True
+    full = sees(correct, bug_laws, n_full, level) if full is None else full
+    return 2 * sees(correct, bug_laws, n, level) >= full
 
 
-def untested(algorithm: str, bugs: tuple, name: str, n: int, level: float) -> tuple[str, float]:
-    """('', 0) if the check `name` of n draws counts as a test; else (why not, the smallest n at which it does)."""
-    if counts_as_test(algorithm, bugs, name, n, level):
+def untested(laws: tuple, n: int, level: float) -> tuple[str, float]:
+    """('', 0) if a check of n draws with these exact laws counts as a test; else (why not, the smallest n at which
+    it does)."""
+    n_full, correct, bug_laws = laws
+    full = sees(correct, bug_laws, n_full, level)
+    if counts_as_test(laws, n, level, full):
         return "", 0.0
-    n_full, correct, bug_laws = check_laws(algorithm, bugs)[name]
-    needs = smallest_n(lambda m: float(counts_as_test(algorithm, bugs, name, m, level)), target=1.0, n_max=1e10)
+    needs = smallest_n(lambda m: float(counts_as_test(laws, m, level, full)), target=1.0, n_max=1e10)
     bins = len(stats.pooled_bins(correct, n))
     if bins < 2:
         why = f"its {n} draws pool every outcome into one bin (dof 0): its chi-square is 0 whatever the law"
     else:
         why = (f"its {bins} bins at {n} draws see {sees(correct, bug_laws, n, level)} of the "
-               f"{_sees_full(algorithm, bugs, name, level)} known bugs it sees at its default {n_full} draws "
+               f"{full} known bugs it sees at its default {n_full} draws "
                f"(power >= {SEES:.0%}): fewer than half")
     return why, needs
 

@@ -131,13 +131,13 @@ def test_a_check_pooled_to_one_bin_is_not_tested_and_the_run_is_not_a_pass(small
     assert "(not counted, having tested nothing: one call: sharp, one call: large_vocabulary" in small_run.coverage()
     assert small_run.to_json()["verdict"].startswith("INCOMPLETE") and small_run.to_json()["passed"] is False
     # each untested check names the draws from which it counts as a test, and the line the scale that tests them all
-    bugs = tuple(conform.SIGNATURES["token"])
+    laws_of = conform.part("token").check_laws("token")
     for c in small_run.untested:
-        assert power.counts_as_test("token", bugs, c.name, int(c.needs), c.level), c.name
-        assert not power.counts_as_test("token", bugs, c.name, c.samples, c.level), c.name
+        assert power.counts_as_test(laws_of[c.name], int(c.needs), c.level), c.name
+        assert not power.counts_as_test(laws_of[c.name], c.samples, c.level), c.name
     scale = float(text.split("count as tests from scale ")[1].split()[0])
-    for name, (n_full, _, _) in power.check_laws("token", bugs).items():
-        assert power.counts_as_test("token", bugs, name, max(1, round(n_full * scale)), stats.LEVEL / 11), name
+    for name, check_laws in laws_of.items():
+        assert power.counts_as_test(check_laws, max(1, round(check_laws[0] * scale)), stats.LEVEL / 11), name
 
 
 def test_every_check_tests_something_at_its_default_size():
@@ -151,9 +151,8 @@ def test_every_check_tests_something_at_its_default_size():
             law = laws.rows_call_law(conform.CORRECT[algorithm], case.p, case.q)
             law = conform._count_marginal(law) if case is counted else law
             assert len(stats.pooled_bins(law, case.n)) >= 2, (algorithm, case.name)
-    bugs = tuple(conform.SIGNATURES["token"])
-    assert all(power.counts_as_test("token", bugs, name, n_full, stats.LEVEL / 11)
-               for name, (n_full, _, _) in power.check_laws("token", bugs).items())
+    assert all(power.counts_as_test(check_laws, check_laws[0], stats.LEVEL / 11)
+               for check_laws in conform.part("token").check_laws("token").values())
 
 
 def test_a_check_with_one_bin_still_fails_an_impossible_outcome():

@@ -296,11 +296,11 @@ def test_a_small_run_of_a_reference_runs_every_tier_at_the_family_level_over_6(s
 
 
 def test_a_check_too_small_to_test_anything_is_not_tested(small_topk):
-    bugs = tuple(tree.ALGORITHMS["tree-topk"].bugs)
+    laws = conform.part("tree-topk").check_laws("tree-topk")
     for c in small_topk.untested:  # each names the draws from which it counts as a test
         print(c.line())
-        assert not power.counts_as_test("tree-topk", bugs, c.name, c.samples, c.level)
-        assert power.counts_as_test("tree-topk", bugs, c.name, int(c.needs), c.level)
+        assert not power.counts_as_test(laws[c.name], c.samples, c.level)
+        assert power.counts_as_test(laws[c.name], int(c.needs), c.level)
     tiny = conform.check(mrs_tree.verify_tree_topk, algorithm="tree-topk", scale=0.002)  # 20 calls, 12 sequences
     print(tiny.text())
     assert not tiny.failed and tiny.untested and tiny.status() == 3 and tiny.verdict().startswith("INCOMPLETE")
@@ -308,10 +308,9 @@ def test_a_check_too_small_to_test_anything_is_not_tested(small_topk):
 
 
 def test_every_tree_check_tests_something_at_its_default_size():
-    bugs = tuple(tree.ALGORITHMS["tree-topk"].bugs)
-    laws = power.check_laws("tree-topk", bugs)
+    laws = conform.part("tree-topk").check_laws("tree-topk")
     assert len(laws) == 6
-    assert all(power.counts_as_test("tree-topk", bugs, name, n, SHARE) for name, (n, _, _) in laws.items())
+    assert all(power.counts_as_test(check_laws, check_laws[0], SHARE) for check_laws in laws.values())
 
 
 def test_a_small_run_of_a_control_fails_and_names_it():
@@ -350,9 +349,8 @@ def test_the_reference_tree_verifiers_pass_every_check(algorithm):
 @pytest.mark.slow
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 def test_every_tree_check_tests_something_at_its_default_size_for_every_algorithm(algorithm):
-    bugs = tuple(tree.ALGORITHMS[algorithm].bugs)
-    assert all(power.counts_as_test(algorithm, bugs, name, n, SHARE)
-               for name, (n, _, _) in power.check_laws(algorithm, bugs).items())
+    assert all(power.counts_as_test(check_laws, check_laws[0], SHARE)
+               for check_laws in conform.part(algorithm).check_laws(algorithm).values())
 
 
 @pytest.mark.slow
@@ -454,8 +452,8 @@ def test_the_run_diagnosis_names_no_bug_whose_law_does_not_fit():
 
 def test_the_coverage_line_states_the_temperature_a_bug_was_sized_at(monkeypatch):
     # before: "bonus_unwarped (99%)", as if a run at T = 1 (where that bug changes nothing) covered it.  (The powers
-    # are power.tree_caught's, measured elsewhere; here they are given, so that the test takes no time.)
-    monkeypatch.setattr(conform.algorithms.power, "tree_caught",
+    # are the tree part's bug_powers, measured elsewhere; here they are given, so that the test takes no time.)
+    monkeypatch.setattr(conform.part("tree-mss"), "bug_powers",
                         lambda *a: (["wrong_logits_slice (100%)", "bonus_unwarped (99%)"], ["inclusive_zero_coin (0%)"]))
     checks = [conform.Check("one call: independent", "statistical", True, "", 0.5, SHARE, 4000)]
     line = conform.Report("f", "tree-mss", 0, checks=checks).coverage()

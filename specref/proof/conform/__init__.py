@@ -82,8 +82,9 @@ from specref.proof.cases import (CORRECT, LARGE_V, N_CALLS, N_LARGE_V, N_SEQUENC
                                  accepted_count_case, cases, tree_call_law, tree_cases)
 from specref.proof.cases import count_marginal as _count_marginal  # noqa: F401  (tools/ and tests call it so)
 from specref.proof.conform.adapter import Adapter, adapt  # noqa: F401
-from specref.proof.conform.algorithms import (BLOCK, CHECKED_AS, DIAGNOSED, KNOWN_BUGS, SIGNATURES,  # noqa: F401
-                                              TOKEN_LEVEL, TREE_EDGE_BUGS)
+from specref.proof.conform.algorithms import CHECKED_AS, part  # noqa: F401
+from specref.proof.conform.chain import BLOCK, DIAGNOSED, KNOWN_BUGS, SIGNATURES, TOKEN_LEVEL  # noqa: F401
+from specref.proof.conform.tree import TREE_EDGE_BUGS  # noqa: F401
 from specref.proof.conform.checks import (FAMILY_LEVEL, FIT_LEVEL, FLOOR, LOG_MARGIN, SEQ_N, SEQ_PROMPT,  # noqa: F401
                                           SEQ_V, U_MAX, forbidden, law_check, log_likelihood, frequency_distance)
 from specref.proof.conform.report import Report  # noqa: F401

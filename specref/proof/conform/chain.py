@@ -1,6 +1,8 @@
 """What is particular to checking a chain verifier ("token", "block": `mrs.verify`'s contract).
 
-The same names as `tree`, which the run calls through `run.part`: the call's form, the exact tier
+The same names as `tree`, which the checker calls through `algorithms.part`: the known bugs its checks are
+measured on and its diagnosis names, the exact laws of its checks and which known bugs a run catches, the
+call's form, the exact tier
 (the vectors of mrs_vectors.json and two edge cases with chosen uniforms), one call's outputs sampled
 on the suite's cases (`cases.cases`) and the number of accepted drafts, whole sequences of
 `speculative_sampling`, and the large-vocabulary case where p == q keeps every draft.
@@ -13,10 +15,10 @@ import time
 
 import numpy as np
 
-from specref import mrs, sampling
-from specref.proof import laws, stats, vectors
-from specref.proof.cases import LARGE_V, N_SEQUENCES, SEQ_K, Case, accepted_count_case, cases, count_marginal
-from specref.proof.conform import algorithms
+from specref import mrs, sampling, verifiers
+from specref.proof import laws, power, stats, vectors
+from specref.proof.bugs import broken, lossy, shipped
+from specref.proof.cases import CORRECT, LARGE_V, N_SEQUENCES, SEQ_K, Case, accepted_count_case, cases, count_marginal
 from specref.proof.conform.checks import SEQ_N, SEQ_PROMPT, U_MAX, law_check, replayed_vectors_check, sequences_check
 from specref.proof.conform.watch import CHAIN_CALL
 from specref.proof.verdict import Check
@@ -24,6 +26,60 @@ from specref.proof.verdict import Check
 FORM = CHAIN_CALL
 NEEDS = "the all-zero residual and u = 0 edge cases need injected uniforms"  # what a skipped exact tier loses
 NAMED_BY_VECTORS = False  # whether a run no law names takes its diagnosis from the vectors (a tree run's does)
+
+
+# ---------------------------------------------------------------- the known bugs of chain verifiers
+
+# Each is a `broken.Bug`: its sampler (for the vectors' comparison and the power tests) and its exact
+# law for fixed drafts, law(x_draft, p, q) -> {output: probability}, summed over the drafts by
+# laws.rows_call_law.  Besides the bugs and the lossy rules, each exact verifier is a known way to be
+# wrong about the other.
+# (Defined in specref.proof.bugs.shipped, whose gallery uses TOKEN_LEVEL for vllm-ascend #7807.)
+TOKEN_LEVEL, BLOCK = shipped.TOKEN_LEVEL, shipped.BLOCK
+# The laws a verifier checked as token-level, or as block verification, is compared with when it fails.
+SIGNATURES = {"token": [*broken.BROKEN.values(), *lossy.LOSSY, BLOCK],
+              "block": [*broken.BROKEN_BLOCK.values(), TOKEN_LEVEL, *lossy.LOSSY]}
+# The checker's power is measured on every law it can name, through that law's own sampler checked
+# as each algorithm whose diagnosis knows it ("name/algorithm" -> (bug, algorithm)):
+# tests/proof/test_conform.py and `python3 -m tools.conform_false_alarm`.
+KNOWN_BUGS = {f"{bug.name}/{algorithm}": (bug, algorithm) for algorithm in verifiers.CHAINS for bug in SIGNATURES[algorithm]}
+# The one-call diagnosis also knows the single-call forms of the bugs that shipped (specref.proof.bugs.shipped,
+# docs/shipped_bugs.md; those already among SIGNATURES once); the exact-tier edge checks name the shipped
+# edge-case bugs (shipped.edge_signature) in the run's diagnosis.
+DIAGNOSED = {a: SIGNATURES[a] + [b for b in shipped.signatures(a) if b not in SIGNATURES[a]] for a in verifiers.CHAINS}
+
+
+def known_bugs(algorithm: str) -> tuple:
+    """The known bugs the checks of `algorithm` are there for (what `power` measures them on)."""
+    return tuple(SIGNATURES[algorithm])
+
+
+def diagnosed(algorithm: str) -> list:
+    """The known bugs a failing check of `algorithm` is compared with (the one-call laws, the vectors' tokens)."""
+    return DIAGNOSED[algorithm]
+
+
+def edge_bug(algorithm: str, check: str):
+    """The algorithm's own known bug that a failing edge check is the signature of: none for a chain (its edge
+    checks name the shipped bugs, `shipped.edge_signature`)."""
+    return None
+
+
+def vectors_function(algorithm: str) -> str:
+    """The reference function whose portable vectors a verifier of `algorithm` must reproduce."""
+    return "verify" if algorithm == "token" else "verify_block"
+
+
+def check_laws(algorithm: str) -> dict:
+    """Every chi-square check of a run: name -> (default n, correct law, the known bugs' laws) (`power.check_laws`)."""
+    return power.check_laws(algorithm, known_bugs(algorithm))
+
+
+def caught(algorithm: str, counted: dict, level: float, exact_ran: set[str]) -> tuple[str, list[str], list[str]]:
+    """(what the known bugs are, those a run with these per-check samples catches with >= 95% power, the others):
+    for a chain verifier the bugs that shipped (`power.caught`; an edge case when its exact check ran)."""
+    yes, no = power.caught(algorithm, counted, level, exact_ran)
+    return "bugs that shipped (docs/shipped_bugs.md)", yes, no
 
 
 def probe_args() -> tuple:
@@ -36,11 +92,11 @@ def probe_args() -> tuple:
 def vectors_check(verifier, algorithm: str) -> Check:
     """The portable vectors of specref/proof/mrs_vectors.json for `algorithm`'s reference: same uniforms, same tokens;
     if some differ, the known bugs that give the same tokens on every vector."""
-    function = algorithms.vectors_function(algorithm)
+    function = vectors_function(algorithm)
     chosen = [c for c in json.loads(vectors.PATH.read_text())["cases"] if c["function"] == function]
     return replayed_vectors_check(
         verifier, function, chosen, lambda c: (np.array(c["x_draft"], dtype=np.int64), np.array(c["p"]),
-                                               np.array(c["q"])), "tokens", algorithms.diagnosed(algorithm),
+                                               np.array(c["q"])), "tokens", diagnosed(algorithm),
         "specref/mrs.py")
 
 
@@ -80,11 +136,11 @@ def one_call(verifier, case: Case, algorithm: str, level: float, rng, name: str 
              marginal=None) -> tuple[Check, dict]:
     """The chi-square check of one call's output on `case` (drafts drawn from its p) against the algorithm's exact
     law, or of marginal(outputs) against marginal(law); if it fails, the diagnosed bug it looks like."""
-    signatures = algorithms.diagnosed(algorithm)
+    signatures = diagnosed(algorithm)
 
     def sample():
         counts = stats.sample_verify(verifier, case.p, case.q, case.n, rng)
-        law = laws.rows_call_law(algorithms.CORRECT[algorithm], case.p, case.q)
+        law = laws.rows_call_law(CORRECT[algorithm], case.p, case.q)
         return (counts, law) if marginal is None else (marginal(counts), marginal(law))
 
     def bug_laws():

@@ -78,7 +78,7 @@ class Report(Verdict):
                f"(this run: {self.scale:g})"
 
     def coverage(self) -> str:
-        """Which known bugs a run of these sample sizes catches with at least 95% power (algorithms.caught): for a
+        """Which known bugs a run of these sample sizes catches with at least 95% power (its part's `caught`): for a
         chain the bugs that shipped (specref.proof.bugs.shipped; the edge cases when the exact tier ran, the others by
         `power.run_power` from exact laws, sequences left out), for a tree its algorithm's known bugs.  A check that
         tested nothing (`untested`) counts for nothing."""
@@ -88,7 +88,8 @@ class Report(Verdict):
         exact_ran = {c.name for c in self.checks if c.tier == "exact" and c.passed is not None}
         counted = {c.name: c.samples for c in stat if not c.untested}
         unseen = [c.name for c in stat if c.untested]
-        what, yes, no = algorithms.caught(self.algorithm, counted, min(c.level for c in stat), exact_ran)
+        what, yes, no = algorithms.part(self.algorithm).caught(self.algorithm, counted, min(c.level for c in stat),
+                                                               exact_ran)
         sized = algorithms.sized_at(yes)
         return (f"{what} this run catches with >= 95% power: {', '.join(yes) or 'none'}"
                 + (f"; with less: {', '.join(no)}" if no else "")
@@ -111,10 +112,10 @@ def round_up(x: float) -> str:
 
 def edge_names(report: Report) -> str:
     """The known bugs that the run's failing edge or contract checks are the signature of: for a tree verifier first
-    its algorithm's own (algorithms.edge_bug), then the shipped bugs (specref.proof.bugs.shipped)."""
+    its algorithm's own (its part's `edge_bug`), then the shipped bugs (specref.proof.bugs.shipped)."""
     found = []
     for c in report.failed:
-        bug = algorithms.edge_bug(report.algorithm, c.name)
+        bug = algorithms.part(report.algorithm).edge_bug(report.algorithm, c.name)
         if bug is not None:
             found.append((c, bug.name, bug.about))
             continue

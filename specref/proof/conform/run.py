@@ -4,7 +4,7 @@ A run (`check`) adapts the function to the contract of its algorithm, guards eve
 contract), runs the exact tier when the checker's uniforms reach the function, then the statistical tier
 (every chi-square at FAMILY_LEVEL / m, every output watched) and a large-vocabulary edge case, and makes the
 diagnosis; a contract violation or a time limit stops it at once.  What differs between chains and trees is
-the per-shape module `part(algorithm)` returns (`chain` or `tree`, the same names in each).
+the per-shape module `algorithms.part(algorithm)` returns (`chain` or `tree`, the same names in each).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import numpy as np
 
 from specref import verifiers
 from specref.proof import power
-from specref.proof.conform import algorithms, chain, checks as levels, tree
+from specref.proof.conform import checks as levels
+from specref.proof.conform.algorithms import part
 from specref.proof.conform.adapter import Adapter, adapt
 from specref.proof.conform.checks import FAMILY_LEVEL, probe_injectable
 from specref.proof.conform.report import EXACT_NOT_RUN, Report, edge_names, round_up, summary
@@ -30,11 +31,6 @@ from specref.proof.verdict import Check, Limits, Stop, not_tested
 # under two minutes (docs/conformance.md), transformers' PyTorch one about ten.
 CALL_LIMIT = 10.0
 RUN_LIMIT = 1800.0
-
-
-def part(algorithm: str):
-    """The module of what is particular to `algorithm`'s shape of call: `tree` for a tree algorithm, else `chain`."""
-    return tree if algorithms.is_tree(algorithm) else chain
 
 
 # ---------------------------------------------------------------- the single checks
@@ -172,10 +168,10 @@ def _exact_tier(verifier, algorithm: str, adapter: Adapter, vectors_tier: bool) 
 def _count_as_test(c: Check, algorithm: str) -> Check:
     """Mark a passing chi-square check as not tested when its samples are too few to test anything (`power.untested`:
     one bin, or fewer than half the known bugs it sees at its default size seen), with the samples it needs."""
-    bugs = algorithms.signatures(algorithm)
-    why, needs = power.untested(algorithm, bugs, c.name, c.samples, c.level)
+    laws = part(algorithm).check_laws(algorithm)[c.name]
+    why, needs = power.untested(laws, c.samples, c.level)
     if why:
-        n_full = power.check_laws(algorithm, bugs)[c.name][0]
+        n_full = laws[0]
         not_tested(c, f"{why}; it counts as a test from n = {needs:.0f} (scale {round_up(needs / n_full)})", needs)
     return c
 
@@ -191,7 +187,7 @@ def _stopped(report: Report, stop: Stop, add: Callable[[Check], None], start: fl
 
 def _finished(report: Report, ll_sum: Counter, start: float) -> Report:
     """The report of a run that went through every check: its diagnosis, raising reported as raising."""
-    report.diagnosis = summary(report, ll_sum, algorithms.diagnosed(report.algorithm))
+    report.diagnosis = summary(report, ll_sum, part(report.algorithm).diagnosed(report.algorithm))
     if part(report.algorithm).NAMED_BY_VECTORS and report.diagnosis.startswith("no known bug"):
         named = [c for c in report.failed if c.tier == "exact" and c.diagnosis.startswith("the same tokens as ")]
         if named:

@@ -1,9 +1,10 @@
 """What is particular to checking a tree verifier ("tree-topk", "tree-mss", "tree-rrs": `mrs_tree.verify_tree_*`'s contract).
 
-The same names as `chain`, which the run calls through `run.part`.  The checker draws every tree itself,
-the way the algorithm assumes (algorithms.tree_algorithm(...).drawing: the draft's top-k, i.i.d. draws,
+The same names as `chain`, which the checker calls through `algorithms.part`.  The checker draws every tree
+itself, the way the algorithm assumes (tree_algorithm(...).drawing: the draft's top-k, i.i.d. draws,
 draws without replacement; siblings in drawing order), and compares the output with the exact law of one
-call, the tree's drawing included (cases.tree_call_law).  Here: the call's form, the exact tier (the
+call, the tree's drawing included (cases.tree_call_law).  Here: the known bugs of each algorithm, the
+exact laws of a run's checks and which known bugs a run catches, the call's form, the exact tier (the
 vectors of tree_vectors.json and three edge cases with chosen uniforms), one call's outputs on the tree
 cases, whole sequences of a loop with trees, and the large-vocabulary case whose every call keeps a
 whole path.
@@ -11,6 +12,7 @@ whole path.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections import Counter
@@ -19,12 +21,11 @@ from typing import Callable
 
 import numpy as np
 
-from specref.proof import tree_vectors, vectors
 from specref import trees
+from specref.proof import power, tree_vectors, vectors
 from specref.proof import tree as prooftree
 from specref.proof.cases import LARGE_V, TREE_N_SEQUENCES, TREE_SEQ_WIDTHS, TreeCase, TreeSetting, tree_call_law, \
-    tree_cases
-from specref.proof.conform import algorithms
+    tree_cases, tree_sequence_law
 from specref.proof.conform.checks import SEQ_N, SEQ_PROMPT, U_MAX, law_check, replayed_vectors_check, sequences_check
 from specref.proof.conform.watch import TREE_CALL
 from specref.proof.verdict import Check
@@ -33,6 +34,78 @@ FORM = TREE_CALL
 NEEDS = "the u = 0, certain-accept and all-zero residual edge cases need injected uniforms"
 NAMED_BY_VECTORS = True  # a run whose failures no law names takes the diagnosis of its failing vectors
 N_SEQUENCES = TREE_N_SEQUENCES
+
+
+# ---------------------------------------------------------------- the known bugs of tree verifiers
+
+# A failing exact-tier edge check of a tree run names this known bug of its algorithm (its `bug[...]`).
+TREE_EDGE_BUGS = {"edge q(x) = 0, u = 0": "inclusive_zero_coin"}
+
+
+def tree_algorithm(algorithm: str) -> prooftree.Algorithm:
+    """A tree algorithm's way of drawing children (.drawing), reference verifier and known bugs (.bugs, .bug)."""
+    return prooftree.ALGORITHMS[algorithm]
+
+
+def known_bugs(algorithm: str) -> tuple:
+    """The known bugs the checks of `algorithm` are there for (what the power computations measure them on)."""
+    return tuple(tree_algorithm(algorithm).bugs)
+
+
+def diagnosed(algorithm: str) -> list:
+    """The known bugs a failing check of `algorithm` is compared with (the one-call laws, the vectors' tokens)."""
+    return list(tree_algorithm(algorithm).bugs)
+
+
+def edge_bug(algorithm: str, check: str):
+    """The algorithm's own known bug that the failing edge check named `check` is the signature of, or None."""
+    return tree_algorithm(algorithm).bug[TREE_EDGE_BUGS[check]] if check in TREE_EDGE_BUGS else None
+
+
+def vectors_function(algorithm: str) -> str:
+    """The reference function whose portable vectors a verifier of `algorithm` must reproduce."""
+    return "verify_" + algorithm.replace("-", "_")  # "tree-mss" -> "verify_tree_mss"
+
+
+@functools.lru_cache(maxsize=None)
+def check_laws(algorithm: str) -> dict:
+    """Every chi-square check of a run: name -> (default n, correct law, the known bugs' laws): one call on each of
+    cases.tree_cases() (cases.tree_call_law) and the tree loop's sequences (cases.tree_sequence_law)."""
+    bugs, out = known_bugs(algorithm), {}
+    for case in tree_cases():
+        out[f"one call: {case.name}"] = (case.n, tree_call_law(algorithm, case.name),
+                                         tuple(tree_call_law(algorithm, case.name, bug.name) for bug in bugs))
+    for widths in TREE_SEQ_WIDTHS:
+        out[sequence_name(widths)] = (TREE_N_SEQUENCES, tree_sequence_law(algorithm, widths),
+                                      tuple(tree_sequence_law(algorithm, widths, bug.name) for bug in bugs))
+    return out
+
+
+def bug_powers(algorithm: str, counted: dict, level: float, edges: set[str]) -> tuple[list[str], list[str]]:
+    """(the known bugs a run with these per-check samples catches with >= 95% power, the others), each with its
+    power, from the exact laws of every check, the sequence checks included (their laws being exact,
+    `specref.proof.tree.loop_law`); a bug in `edges` is caught for certain by an exact-tier edge check that ran."""
+    laws = check_laws(algorithm)
+    yes, no = [], []
+    for k, bug in enumerate(known_bugs(algorithm)):
+        if bug.name in edges:
+            yes.append(f"{bug.name} (edge check)")
+            continue
+        miss = 1.0
+        for name, n in counted.items():
+            _, correct, bug_laws = laws[name]
+            miss *= 1.0 - power.check_power(bug_laws[k], correct, n, level)
+        (yes if 1.0 - miss >= 0.95 else no).append(f"{bug.name} ({1.0 - miss:.0%})")
+    return yes, no
+
+
+def caught(algorithm: str, counted: dict, level: float, exact_ran: set[str]) -> tuple[str, list[str], list[str]]:
+    """(what the known bugs are, those a run with these per-check samples catches with >= 95% power, the others):
+    for a tree verifier its algorithm's known bugs (`bug_powers`; every check counted, and an edge check that ran
+    catches its bug for certain)."""
+    edges = {bug for check, bug in TREE_EDGE_BUGS.items() if check in exact_ran}
+    yes, no = bug_powers(algorithm, counted, level, edges)
+    return "known tree bugs (specref/proof/tree.py)", yes, no
 
 
 def probe_args() -> tuple:
@@ -46,13 +119,13 @@ def probe_args() -> tuple:
 def vectors_check(verifier, algorithm: str) -> Check:
     """The portable vectors of specref/proof/tree_vectors.json for this algorithm's verifier: same uniforms, same
     tokens; if some differ, the known bugs that give the same tokens on every vector."""
-    function = algorithms.vectors_function(algorithm)
+    function = vectors_function(algorithm)
     chosen = [c for c in json.loads(tree_vectors.PATH.read_text())["cases"] if c["function"] == function]
     return replayed_vectors_check(
         verifier, function, chosen, lambda c: (np.array(c["tokens"], dtype=np.int64),
                                                np.array(c["parents"], dtype=np.int64), np.array(c["p"]),
                                                np.array(c["q"])),
-        "tokens_out", algorithms.diagnosed(algorithm), 'specref/mrs_tree.py\'s RANDOMNESS')
+        "tokens_out", diagnosed(algorithm), 'specref/mrs_tree.py\'s RANDOMNESS')
 
 
 def _edge(name: str, verifier, args, judge: Callable) -> Check:
@@ -109,7 +182,7 @@ def edge_checks(verifier, algorithm: str) -> list[Check]:
 def one_call(verifier, case: TreeCase, algorithm: str, level: float, rng) -> tuple[Check, dict]:
     """The chi-square check of one call's output on `case`, trees drawn the algorithm's way, against the exact law;
     if it fails, the known bug of the algorithm it looks like."""
-    alg, setting = algorithms.tree_algorithm(algorithm), TreeSetting(case)
+    alg, setting = tree_algorithm(algorithm), TreeSetting(case)
 
     def sample():
         counts = Counter()
@@ -121,7 +194,7 @@ def one_call(verifier, case: TreeCase, algorithm: str, level: float, rng) -> tup
     def bug_laws():
         return {b.name: tree_call_law(algorithm, case.name, b.name) for b in alg.bugs}
 
-    return law_check(f"one call: {case.name}", sample, bug_laws, algorithms.diagnosed(algorithm), level, case.n,
+    return law_check(f"one call: {case.name}", sample, bug_laws, diagnosed(algorithm), level, case.n,
                      f" ({case.shape} trees, V={case.V})")
 
 
@@ -133,7 +206,7 @@ def sequence(verifier, widths: tuple, algorithm: str, level: float, rng, runs: i
     """The chi-square check of `runs` whole sequences of a speculative loop with trees (each call: a tree of `widths`
     drawn the algorithm's way from the draft at the tokens so far, the target's rows on it, the verifier; until
     SEQ_N new tokens) against the exact law of the Markov-chain target's sequences (tree.loop_law: the same)."""
-    drawing = algorithms.tree_algorithm(algorithm).drawing
+    drawing = tree_algorithm(algorithm).drawing
 
     def loop(target, draft):
         def run(r):
@@ -198,7 +271,7 @@ def certain_check(verifier, algorithm: str, rng) -> Check:
     def target_row(path):
         return target[len(path)]
 
-    drawing, short = algorithms.tree_algorithm(algorithm).drawing, 0
+    drawing, short = tree_algorithm(algorithm).drawing, 0
     fixed = prooftree.draw_tree(drawing, draft_row, widths, rng) if drawing == "topk" else None  # (no randomness)
     for _ in range(calls):
         tokens, parents = fixed or prooftree.draw_tree(drawing, draft_row, widths, rng)
