@@ -6,7 +6,7 @@ drawn from its own row, as in Chen's Algorithm 2) or, for a tree verifier, how e
 drawn (`specref.trees.draw_children`'s mode): each tree verifier is exact only for its own way.
 
 The proofs attach the rest by the same names, because the core does not import them: the exact law of
-one call (`specref.proof.laws.CORRECT`, `specref.proof.tree.ALGORITHMS`) and the known bugs
+one call (`specref.proof.cases.CORRECT`, `specref.proof.tree.ALGORITHMS`) and the known bugs
 (`specref.proof.bugs`).  A test checks that every name here has both.  docs/package.md ("Where to
 add") lists the files a new verifier touches.
 """
