@@ -5,7 +5,9 @@
 Each run's JSON is what `python -m specref train-draft --data-positions N --report FILE` writes (its
 "humaneval_alpha", measured by `specref.apps.draft_eval`); the shipped draft's comes from
 `train-draft --evaluate shipped --report FILE`.  The dashed lines are the targets (alpha >= 0.60 one step
-ahead, >= 0.45 three steps ahead, at T 0.8 / top-p 0.95).
+ahead, >= 0.45 three steps ahead, at T 0.8 / top-p 0.95).  The data was built twice, on two machines whose
+installed packages differ (docs/draft.md, Data); a report whose name ends in SECOND_BUILD was trained on the
+second build, and its points are ringed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FOLDER = ROOT / "figures" / "draft_scaling"
+SECOND_BUILD = "_build2"  # the file-name ending of the runs trained on the second data build
 
 
 def runs(folder: pathlib.Path) -> list[dict]:
@@ -27,7 +30,8 @@ def runs(folder: pathlib.Path) -> list[dict]:
         if not config or not config.get("data_positions") or "humaneval_alpha" not in report:
             continue                                   # the shipped draft's measurement, or not a training run
         out.append({"name": path.stem, "positions": report["train_positions"], "steps": config["steps"],
-                    "hidden": config["hidden"], "alpha": report["humaneval_alpha"]})
+                    "hidden": config["hidden"], "alpha": report["humaneval_alpha"],
+                    "build": 2 if path.stem.endswith(SECOND_BUILD) else 1})
     return sorted(out, key=lambda r: r["positions"])
 
 
@@ -53,6 +57,11 @@ def main(argv=None) -> int:
             more = [r for r in found if r["steps"] == n]
             ax.plot([r["positions"] for r in more], [r["alpha"]["nucleus"][k] for r in more], marker, color=color,
                     mfc="none", label=f"{k} ahead, T 0.8 / top-p 0.95, {n} steps")
+    second = [r for r in found if r["build"] == 2]
+    if second:
+        ax.plot([r["positions"] for r in second] * 2,
+                [r["alpha"]["nucleus"][k] for k in ("1", "3") for r in second], "o", ms=11, mfc="none", mec="k",
+                label="trained on the second data build")
     ax.axhline(0.60, color="C0", ls="--", lw=0.8, label="target, 1 ahead")
     ax.axhline(0.45, color="C1", ls="--", lw=0.8, label="target, 3 ahead")
     shipped = args.folder / "shipped_draft_alpha.json"
@@ -68,8 +77,9 @@ def main(argv=None) -> int:
     fig.tight_layout()
     out = args.folder / "scaling.png"
     fig.savefig(out, dpi=120)
-    print(f"wrote {out}: " + "; ".join(f"{r['positions']:,} positions, {r['steps']} steps: 1 ahead {r['alpha']['nucleus']['1']:.3f}, "
-                                         f"3 ahead {r['alpha']['nucleus']['3']:.3f}" for r in found))
+    print(f"wrote {out}: " + "; ".join(f"{r['positions']:,} positions, {r['steps']} steps, build {r['build']}: 1 ahead "
+                                         f"{r['alpha']['nucleus']['1']:.3f}, 3 ahead {r['alpha']['nucleus']['3']:.3f}"
+                                         for r in found))
     return 0
 
 
