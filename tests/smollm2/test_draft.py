@@ -466,3 +466,27 @@ def test_a_checkpoint_of_any_draft_resumes_exactly(tmp_path):
         np.testing.assert_array_equal(got_opt.m[n], opt.m[n])
         np.testing.assert_array_equal(got_opt.v[n], opt.v[n])
     np.testing.assert_array_equal(fresh.random(4), expected_next)
+
+
+def test_the_ridge_initialisation_is_the_same_in_chunks_and_is_the_least_squares_fit(monkeypatch):
+    """The ridge start sums X'X and X'Y over chunks (all of X at 2 000 000 positions does not fit in 24 GB): any
+    chunk size gives the one-chunk answer, and that answer solves the ridge normal equations."""
+    rng = np.random.default_rng(0)
+    n, d, V = 1000, 8, 50
+    data = {"h": rng.standard_normal((n, d)).astype(np.float16), "tok": rng.integers(0, V, n),
+            "seq": np.repeat(np.arange(10), 100)}
+    E = rng.standard_normal((V, d)).astype(np.float32)
+    monkeypatch.setattr(td, "RIDGE_CHUNK", n)
+    A1, b1 = td.ridge(data, E)
+    monkeypatch.setattr(td, "RIDGE_CHUNK", 37)  # a chunk size that does not divide the rows
+    A2, b2 = td.ridge(data, E)
+    assert np.allclose(A1, A2, rtol=0, atol=1e-6) and np.allclose(b1, b2, rtol=0, atol=1e-6)
+    i = td.chains(data, 1)  # the normal equations: (X'X + lam n I) W = X'Y, W = [A; b]
+    X = np.concatenate([data["h"][i].astype(np.float64), E[data["tok"][i + 1]], np.ones((len(i), 1))], 1)
+    Y = data["h"][i + 1].astype(np.float64)
+    W = np.vstack([A1, b1[None]]).astype(np.float64)
+    G = X.T @ X + 0.01 * len(i) * np.eye(X.shape[1])
+    assert np.abs(G @ W - X.T @ Y).max() < 1e-3 * np.abs(X.T @ Y).max()
+    wrong = W.copy()
+    wrong[-1] += 0.1  # the control: a bias off by 0.1 does not solve them
+    assert np.abs(G @ wrong - X.T @ Y).max() > 1e-3 * np.abs(X.T @ Y).max()
