@@ -15,9 +15,9 @@ from typing import Callable
 import numpy as np
 
 from specref import mrs
-from specref.sampling import draft_length, keep_path, next_distributions
 from specref.runstats import RunStats
-from specref.sampling import Step, autoregressive_sampling, speculative_sampling
+from specref.sampling import (Step, autoregressive_sampling, draft_length, keep_path, next_distributions,
+                              speculative_sampling)
 from specref.trees import Tree, tree_distributions
 from specref.warps import Warp, Warped
 
