@@ -9,6 +9,8 @@ tests/proof/test_conform_torch.py, which runs where torch is installed.)
 """
 
 import random
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -122,3 +124,33 @@ def test_an_inclusive_coin_from_pythons_random_fails_a_default_tree_topk_run():
     assert not failed.passed and "inclusive_zero_coin" in failed.diagnosis, failed.text()
     passed = conform.check(strict_python_random, conform.Adapter(reseed_globals=True), algorithm="tree-topk")
     assert passed.verdict() == "PASSED", passed.text()
+
+
+def test_a_call_abandoned_at_its_time_limit_leaves_the_global_generators_restored():
+    # Off the main thread a call past its limit runs on in an abandoned daemon thread.  The exact tier had driven the
+    # global generators inside that call, so they stayed replaced until the call returned: later checks in the same
+    # process then saw a replaced random.random (found when test files ran in another order).
+    def sleeps(x_draft, p, q, rng):  # ignores rng, draws nothing: its exact-tier probe hits the limit
+        time.sleep(5)
+        return x_draft
+
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(report=conform.check(sleeps, call_limit=0.5)), daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive() and result["report"].checks[-1].name == "time limit"
+    assert random.random.__self__ is random._inst and "random" not in vars(random._inst)  # while the call sleeps on
+    assert np.random.random.__self__ is np.random.mtrand._rand
+    assert not globalrng._DRIVING
+
+
+def test_driven_again_with_the_same_uniforms_changes_nothing_and_restores_nothing():
+    u = ListedUniforms([0.25, 0.5, 0.75])
+    with globalrng.driven(u):
+        with globalrng.driven(u):  # the adapted verifier's entry inside the guarded call's
+            assert random.random() == 0.25
+        assert random.random() == 0.5  # still driven: the inner exit restored nothing
+        with globalrng.driven(ListedUniforms([0.9])):  # other uniforms: driven by them, then back to u
+            assert random.random() == 0.9
+        assert random.random() == 0.75
+    assert random.random.__self__ is random._inst

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import random
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 
 from specref import mrs
+from specref.proof.vectors import ListedUniforms
 
 # The largest float32 below 1: a float64 uniform rounded to float32 must stay below 1, as torch.rand's do.
 FLOAT32_BELOW_1 = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
@@ -114,11 +115,23 @@ def _replacements(uniforms) -> list[tuple[object, str, object]]:
     return out
 
 
+_DRIVING: list = []  # the uniforms the global draws are routed to now (`driven`), the innermost last
+
+
 @contextmanager
 def driven(uniforms):
     """While inside, Python's random, NumPy's legacy global functions and (if imported) torch's global draws take their
-    uniforms from `uniforms.random()`; everything is restored on leaving, raise or not."""
+    uniforms from `uniforms.random()`; everything is restored on leaving, raise or not.
+
+    Entered again with the uniforms already driven, it changes nothing and restores nothing.  The checker enters
+    it around a guarded call (`driving`, in the thread that owns the call's time limit) and the adapted verifier
+    enters it again inside the call, which may run in a daemon thread that is abandoned at its limit: the
+    originals are then restored when the limit is reported, not when (or if) the abandoned call returns."""
+    if _DRIVING and _DRIVING[-1] is uniforms:
+        yield uniforms
+        return
     saved = []  # (object, attribute, original or None when the attribute was not the object's own)
+    _DRIVING.append(uniforms)
     try:
         for obj, name, f in _replacements(uniforms):
             saved.append((obj, name, vars(obj).get(name) if hasattr(obj, "__dict__") else getattr(obj, name)))
@@ -130,6 +143,13 @@ def driven(uniforms):
                 delattr(obj, name)  # an instance attribute over the class's method
             else:
                 setattr(obj, name, original)
+        _DRIVING.pop()
+
+
+def driving(rng):
+    """`driven(rng)` when rng is the exact tier's injected uniforms (a `ListedUniforms`), else a context that does
+    nothing: what a verifier called with `rng` draws from the global generators."""
+    return driven(rng) if isinstance(rng, ListedUniforms) else nullcontext()
 
 
 def reseed(rng) -> None:

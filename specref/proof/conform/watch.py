@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from specref import trees
+from specref.proof.conform import globalrng
 from specref.proof.verdict import Check, ContractViolation, Limits
 
 
@@ -165,14 +166,17 @@ CHAIN_CALL, TREE_CALL = ChainCall(), TreeCall()
 
 class Guarded:
     """A verifier under `limits`, whose every output must keep the contract of its form of call (else
-    ContractViolation, which ends the run)."""
+    ContractViolation, which ends the run).  A call handed the exact tier's uniforms drives the global generators
+    from them here, in the thread that owns the limit (`globalrng.driving`): a call abandoned at its limit in a
+    daemon thread then leaves them restored."""
 
     def __init__(self, verifier: Callable, limits: Limits, form: Form = CHAIN_CALL):
         self.verifier, self.limits, self.form = verifier, limits, form
         self.__name__ = getattr(verifier, "__name__", form.name)
 
     def __call__(self, *args):
-        out = self.limits.call(self.verifier, *args)
+        with globalrng.driving(args[-1]):  # driven here, so a call abandoned at its limit leaves nothing driven
+            out = self.limits.call(self.verifier, *args)
         problem = self.form.contract_problem(out, args)
         if problem:
             raise ContractViolation(f"{problem}; call {self.limits.calls}, {self.form.called(args)}")
