@@ -143,6 +143,15 @@ def test_parity_statement():
     assert not far["agree"] and "NOT at parity" in far["statement"]
 
 
+def test_parity_statements_tell_a_drafts_chain_from_its_tree():
+    ars = {"method": "ArS", "draft": None, "K": 0, "tree": None, "temperature": 0.0, "top_p": None, "passed": 8,
+           "n_problems": 164, "pass_at_1": 8 / 164}
+    chain = {**ars, "method": "SpS", "draft": "neural", "K": 1}
+    tree = {**chain, "K": 5, "tree": "4+1"}
+    statements = [r["statement"] for r in parity([ars, chain, tree])]
+    assert statements[0].startswith("greedy: SpS[neural, K=1] ") and statements[1].startswith("greedy: SpS[neural, tree 4+1] ")
+
+
 # ---- generation ----------------------------------------------------------------------------
 
 def test_generate_stops_at_stop_sequences(problems, code_model, tokenizer):
