@@ -15,9 +15,11 @@
 # %% [markdown]
 # # 05 · SmolLM2-135M in NumPy: speculative sampling on a real model
 #
-# **Run time** (Run All, measured on a 2-core machine shared with other work): about 8 minutes, 5.5 of them in the
-# Chen Figure 1 cell, which shows its progress; about 75 s with `SPECREF_QUICK=1` (shorter generations, fewer
-# runs). Add the download on a first run, and half a minute for measuring the fast path if this machine has no plan
+# **Run time** (Run All, on a 2-core machine): with `SPECREF_QUICK=1` (shorter generations, fewer runs), 198 s on
+# an idle Intel Xeon, 91 of them in the cell with the trained draft on four prompts. At full size it took about 8
+# minutes on a machine shared with other work, 5.5 of them in the Chen Figure 1 cell, before the four-prompt cell
+# was added; that cell then runs 20 prompt-and-seed pairs of 96 tokens, several minutes more. The long cells
+# show their progress. Add the download on a first run, and half a minute for measuring the fast path if this machine has no plan
 # cached yet (the timing section says what that is).
 #
 # The target $q$ is SmolLM2-135M-Instruct as the file `SmolLM2-135M-Instruct.Q4_1.gguf` holds it (llama.cpp's GGUF
@@ -453,6 +455,76 @@ for T, top_p in [(0.0, None), (0.8, 0.95)]:
         print(f"T = {T}, {d}: calls by tokens drafted (0..4): {r.stats.calls_by_drafted}")
 print()
 print(demo.table(results))
+
+# %% [markdown]
+# ## The trained draft on four prompts: where it wins and where it loses
+#
+# Everything above used drafts that cost nothing and know nothing. `neural+lookup` is the draft trained here
+# (notebook 06; docs/draft.md) with prompt lookup first wherever the prompt has something to copy. Whether it pays
+# depends on the text: an answer that repeats its prompt's code gives the copy half long runs of accepted tokens;
+# an answer written from scratch leaves only the network, trained on Python code; and text that is not code at
+# all is what the network never saw. So this cell runs four prompts: two whose answers copy their prompt, one
+# whose answer is new code, and one that asks for prose. It runs them at temperature 0.8 and top-p 0.95, several
+# seeds each, exactly as `python3 -m specref demo` runs one: ArS, then a pilot (the target completes the prompt
+# alone, and the draft is replayed over that text) that chooses $K$, or a tree where one pays, and predicts the
+# speedup **before** the SpS run, from the pilot's $\alpha$ and $c$ and the scoring costs measured once at the
+# start of the cell (`demo.run_workloads`). The measured speedup is ArS's time per token over SpS's in the same
+# seed's runs. Each seed samples a different answer, so the spread over seeds is the text's as much as the
+# timer's: the cell gives the median and the range of each, and names the CPU. A pilot reads one sampled answer
+# and the run samples another, so a prediction for one seed can miss that seed's run either way; the medians are
+# what to compare.
+#
+# **Predict, then run.** Before you run it: on which prompt will the trained draft lose to ArS, if on any?
+
+# %% tags=["machine"]
+FOUR_PROMPTS = {
+    "edit a function (copies its prompt)": demo.DEFAULT_PROMPT,
+    "add a docstring (copies its prompt)": figures.CHEN_PROMPTS[1],
+    "write new code (nothing to copy)": "Write a Python function `run_length(s)` that encodes a string with "
+                                        "run-length encoding, for example 'aaabcc' -> 'a3b1c2'. Reply with the "
+                                        "code only.",
+    "write prose (not code)": "Write a short story, in five sentences, about a lighthouse keeper who finds a "
+                              "message in a bottle.",
+}
+SEEDS = range(3) if QUICK else range(5)
+score_costs_now = demo.scoring_costs(fast, repeats=3)  # scoring K + 1 tokens in decode steps, K = 1..8, measured now
+progress = Progress(len(FOUR_PROMPTS) * len(SEEDS), "prompt x seed")
+runs_by_prompt = collections.defaultdict(list)  # prompt -> [(row label, measured, predicted before the run, alpha), ...]
+for label, text in FOUR_PROMPTS.items():
+    ids = model.tokenizer.chat([{"role": "user", "content": text}])
+    for seed in SEEDS:
+        rows = demo.run_workloads(fast, ids, [(0.8, 0.95)], ["neural+lookup"], None, N_NEW, seed, eos=EOS,
+                                  log=lambda *args: None, costs=score_costs_now)
+        for r in rows[1:]:  # rows[0] is ArS; then the chain chosen, and a tree row where one paid
+            runs_by_prompt[label].append((f"tree {r.tree}" if r.tree else f"K = {r.K}", r.speedup, r.apriori, r.stats.alpha_hat))
+        progress.step(f"{label}, seed {seed}")
+progress.done()
+print(f"neural+lookup, T 0.8, top-p 0.95, {N_NEW} new tokens at most, {len(SEEDS)} seeds per prompt; {MACHINE}")
+print("scoring K + 1 tokens, in decode steps:", ", ".join(f"K={k} {v:.2f}" for k, v in enumerate(score_costs_now, 1)))
+print(f"\n{'prompt':38} {'rows':>4} {'measured: median [range]':>25} {'predicted: median [range]':>26} "
+      f"{'alpha':>6}  chosen")
+summary = {}
+for label, rows in runs_by_prompt.items():
+    measured = np.array([m for _, m, _, _ in rows])
+    predicted = np.array([p for _, _, p, _ in rows])
+    summary[label] = float(np.median(measured))
+    chosen = collections.Counter(name for name, _, _, _ in rows)
+    print(f"{label:38} {len(rows):4d} {np.median(measured):8.2f}x [{measured.min():.2f}, {measured.max():.2f}]"
+          f"{np.median(predicted):13.2f}x [{predicted.min():.2f}, {predicted.max():.2f}]"
+          f" {np.median([a for *_, a in rows]):6.2f}  " + ", ".join(f"{n} ({c})" for n, c in chosen.items()))
+for label, median in summary.items():
+    print(f"{label}: the trained draft {'won' if median > 1 else 'lost'} in the median of this run ({median:.2f}x)")
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for i, (label, rows) in enumerate(runs_by_prompt.items()):
+    ax.plot([i - 0.08] * len(rows), [m for _, m, _, _ in rows], "o", color="C0", label="measured" if i == 0 else None)
+    ax.plot([i + 0.08] * len(rows), [p for _, _, p, _ in rows], "s", color="C1", mfc="none",
+            label="predicted before the run" if i == 0 else None)
+ax.axhline(1.0, color="gray", lw=1)
+ax.set_xticks(range(len(runs_by_prompt)), [label.replace(" (", "\n(") for label in runs_by_prompt], fontsize=8)
+ax.set_ylabel("speedup over ArS (x)")
+ax.set_title(f"neural+lookup, one point per seed and SpS row; {MACHINE}", fontsize=8)
+ax.legend(fontsize=8)
+plt.show()
 
 # %% [markdown]
 # ## Chen et al. Figure 1, reproduced on this machine
