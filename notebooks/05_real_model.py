@@ -563,16 +563,18 @@ for row in plots.loop_split(records):
 # sections). So the costs and the measured speedups were measured separately, minutes apart, and a change in the
 # machine's load between the two moves the comparison. The cell prints the decode step of the cost measurement
 # beside ArS's time per token in the Chen Figure 1 runs, and, as "score, runs", the scoring cost those runs
-# themselves show (an SpS loop less its drafting, over an ArS loop of the same runs; it includes the verifier). From them Leviathan's Thm 3.8 predicts the speedup twice: as printed (scoring $K + 1$ tokens costs one
-# decode step) and with the measured scoring cost. The measured speedup is ArS's time per token over SpS's, from the
-# same runs. The gap between the two predictions is the price of a CPU. The gap between prediction and measurement
-# has several sources: the $\beta$s are not i.i.d. (acceptances come in runs on copyable stretches), which can move
+# themselves show (an SpS loop less its drafting, over an ArS loop of the same runs; it includes the verifier).
+# From them Leviathan's Thm 3.8 gives the speedup twice: as printed (scoring $K + 1$ tokens costs one decode step)
+# and with the measured scoring cost. Both use the $\alpha$ of the very runs they are compared with, so they are a
+# check of the model, not predictions made before the runs (the four-prompt section above has those). The measured
+# speedup is ArS's time per token over SpS's, from the same runs. The gap between the two model columns is the
+# price of a CPU. The gap between the model and the measurement has several sources: the $\beta$s are not i.i.d. (acceptances come in runs on copyable stretches), which can move
 # the tokens per call either way (notebook 06 works through it), and overheads outside the model calls (Leviathan
 # A.3).
 #
 # Scoring $K + 1$ tokens cannot cost less than scoring one: a measured ratio below 1 is timing noise (another
-# process took the CPU during the decode steps). Such a ratio is flagged below and the prediction uses 1 instead,
-# so noise never predicts more speedup than free scoring would.
+# process took the CPU during the decode steps). Such a ratio is flagged below and the model uses 1 instead, so
+# noise never gives more speedup than free scoring would.
 
 # %% tags=["machine"]
 print(f"decode step {costs['decode_ms_per_token']:.1f} ms on {MACHINE} (fast path), in the cost measurement above")
