@@ -68,7 +68,7 @@ def main(argv=None) -> int:
     if shipped.is_file():
         a = json.loads(shipped.read_text())["humaneval_alpha"]["nucleus"]
         positions = json.loads(shipped.read_text())["meta"]["train_positions"]
-        ax.plot([positions] * 2, [a["1"], a["3"]], "k*", label="shipped draft (standard library only)")
+        ax.plot([positions] * 2, [a["1"], a["3"]], "k*", label="draft shipped until 2026-11-29 (standard library only)")
     ax.set_xscale("log")
     ax.set_xlabel("training positions")
     ax.set_ylabel("alpha on the target's HumanEval completions")
