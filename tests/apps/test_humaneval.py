@@ -133,9 +133,9 @@ def test_parity_statement():
     rows = [
         {"method": "ArS", "draft": None, "temperature": 0.8, "top_p": 0.95, "passed": 20, "n_problems": 164,
          "pass_at_1": 20 / 164},
-        {"method": "SpS", "draft": "ngram", "temperature": 0.8, "top_p": 0.95, "passed": 23, "n_problems": 164,
+        {"method": "SpS", "draft": "ngram", "K": 4, "temperature": 0.8, "top_p": 0.95, "passed": 23, "n_problems": 164,
          "pass_at_1": 23 / 164},
-        {"method": "SpS", "draft": "uniform", "temperature": 0.8, "top_p": 0.95, "passed": 60, "n_problems": 164,
+        {"method": "SpS", "draft": "uniform", "K": 4, "temperature": 0.8, "top_p": 0.95, "passed": 60, "n_problems": 164,
          "pass_at_1": 60 / 164},  # the negative control: far off ArS, the report must say so
     ]
     near, far = parity(rows)
@@ -147,9 +147,13 @@ def test_parity_statements_tell_a_drafts_chain_from_its_tree():
     ars = {"method": "ArS", "draft": None, "K": 0, "tree": None, "temperature": 0.0, "top_p": None, "passed": 8,
            "n_problems": 164, "pass_at_1": 8 / 164}
     chain = {**ars, "method": "SpS", "draft": "neural", "K": 1}
-    tree = {**chain, "K": 5, "tree": "4+1"}
+    tree = {**chain, "K": 5, "tree": "4+1", "drawing": "topk"}
     statements = [r["statement"] for r in parity([ars, chain, tree])]
-    assert statements[0].startswith("greedy: SpS[neural, K=1] ") and statements[1].startswith("greedy: SpS[neural, tree 4+1] ")
+    # the same names as the progress log gives the two methods (one function makes both)
+    names = [Method("neural", 1, 0.0, None).label, Method("neural", 5, 0.0, None, "4+1", "topk").label]
+    assert names == ["SpS[neural,K=1] greedy", "SpS[neural,tree=4+1,topk] greedy"]
+    assert statements[0].startswith(f"greedy: {names[0].split()[0]} pass@1")
+    assert statements[1].startswith(f"greedy: {names[1].split()[0]} pass@1")
 
 
 # ---- generation ----------------------------------------------------------------------------

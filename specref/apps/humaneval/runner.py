@@ -68,9 +68,16 @@ class Method:
 
     @property
     def label(self) -> str:
-        base = "ArS" if self.draft is None else f"SpS[{self.draft},K={self.K}]" if self.tree is None else \
-            f"SpS[{self.draft},tree={self.tree},{TREE_VERIFY[self.drawing]}]"
+        """The method's name in the progress log and in its generator's seed (`method_rng`), so its format
+        is fixed: changing it changes every SpS completion."""
+        base = "ArS" if self.draft is None else sps_label(self.draft, self.K, self.tree, self.drawing)
         return f"{base} {self.decoding}"
+
+
+def sps_label(draft: str, K: int, tree: str | None = None, drawing: str | None = None) -> str:
+    """An SpS method's name, as the log, the seeds and the parity lines give it: SpS[neural,K=3] for a chain,
+    SpS[neural,tree=2+1,rrs] for a tree (its shape and the verifier its drawing of children takes)."""
+    return f"SpS[{draft},K={K}]" if tree is None else f"SpS[{draft},tree={tree},{TREE_VERIFY[drawing]}]"
 
 
 @dataclasses.dataclass(frozen=True)
