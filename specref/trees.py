@@ -32,8 +32,9 @@ import numpy as np
 from specref import mrs, verifiers
 from specref.sampling import check_tokens, keep_path, next_distributions
 
-# How a node's children can be drawn (`draw_children`); each has its exact verifier (`verifiers.for_drawing`).
-DRAWINGS = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.TREES)  # "topk", "iid", "without_replacement"
+# How a node's children can be drawn (`draw_children`): "topk", "iid", "without_replacement"; each has its exact
+# verifier (`verifiers.for_drawing`).
+DRAWINGS = tuple(verifiers.REGISTRY[name].drafts for name in verifiers.references(verifiers.TREES))
 
 
 # ---------------------------------------------------------------- the shape of a tree

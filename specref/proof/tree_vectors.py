@@ -32,7 +32,8 @@ from specref.proof.vectors import ListedUniforms, _inverse_cdf, dumps
 FORMAT = "specref-tree-vectors"
 VERSION = 1
 PATH = Path(__file__).with_name("tree_vectors.json")
-FUNCTIONS = tuple(verifiers.REGISTRY[name].function.__name__ for name in verifiers.TREES)  # the tree verifiers of the registry
+# the reference tree verifiers of the registry
+FUNCTIONS = tuple(verifiers.REGISTRY[name].function.__name__ for name in verifiers.references(verifiers.TREES))
 
 # No uniform of a vector is closer than this to a decision boundary.
 MARGIN = 1e-9

@@ -67,7 +67,8 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
           vectors_tier: bool = True, name: str | None = None, progress: Callable[[Check], None] | None = None,
           scale: float = 1.0, call_limit: float = CALL_LIMIT, time_limit: float = RUN_LIMIT) -> Report:
     """Run every check on `function` (through `adapter`) as a verifier of `algorithm`: "token" or "block" (a chain
-    verifier), "tree-topk", "tree-mss" or "tree-rrs" (a tree verifier).
+    verifier), "tree-topk", "tree-mss" or "tree-rrs" (a tree verifier), or any other name of `specref.verifiers`,
+    which is checked as the reference whose law its row names (`verifiers.law_of`).
 
     Requires: function behaves like `mrs.verify` once `adapter` is applied; for a tree algorithm like
     `mrs_tree.verify_tree_topk`, `verify_tree_mss` or `verify_tree_rrs` (tokens [N], parents [N], p [N+1, V],
@@ -86,6 +87,7 @@ def check(function: Callable, adapter: Adapter = Adapter(), algorithm: str = "to
     if algorithm not in verifiers.CHAINS + verifiers.TREES:
         raise ValueError(f"algorithm must be one of {verifiers.CHAINS + verifiers.TREES}, "
                          f"got {algorithm!r}")
+    algorithm = verifiers.law_of(algorithm)  # a new implementation of a known rule is checked as that rule
     shape = part(algorithm)
     start = time.perf_counter()
     limits = Limits(call_limit, time_limit, "verifier call")

@@ -21,7 +21,7 @@ from typing import Callable
 
 import numpy as np
 
-from specref import trees
+from specref import trees, verifiers
 from specref.proof import power, tree_vectors, vectors
 from specref.proof import tree as prooftree
 from specref.proof.cases import LARGE_V, TREE_N_SEQUENCES, TREE_SEQ_WIDTHS, TreeCase, TreeSetting, tree_call_law, \
@@ -65,7 +65,7 @@ def edge_bug(algorithm: str, check: str):
 
 def vectors_function(algorithm: str) -> str:
     """The reference function whose portable vectors a verifier of `algorithm` must reproduce."""
-    return "verify_" + algorithm.replace("-", "_")  # "tree-mss" -> "verify_tree_mss"
+    return verifiers.REGISTRY[verifiers.law_of(algorithm)].function.__name__  # "tree-mss" -> "verify_tree_mss"
 
 
 @functools.lru_cache(maxsize=None)
