@@ -42,9 +42,11 @@ CHECKED = ["README.md", "docs/results.md", "docs/humaneval.md"]
 CHECKED_SECTIONS = {"docs/trees.md": ["## Tokens per call at equal nodes, exactly"],
                     "docs/performance.md": ["## The fast path behind one switch (2026-11-25, Zen 4, family 25 model 17)",
                                             "## Zen 3, before and after tree attention (2026-11-26, family 25 model 1)"],
-                    "docs/draft.md": ["## The shipped draft", "## The yardstick: alpha on the target's own HumanEval completions",
+                    "docs/draft.md": ["## Design", "## Data", "## The shipped draft", "## The yardstick: alpha on the target's own HumanEval completions",
                                       "## Scaling with data", "## HumanEval with the trained draft",
                                       "## Against the targets, honestly"],
+                    "docs/draft_layer.md": ["## Design"],
+                    "docs/tests.md": ["## Running it", "## The tiers"],
                     "docs/conformance.md": ["### Checking at a temperature other than 1", "## Power",
                                             "## Whole pipelines: `--pipeline`",
                                             "## Hugging Face transformers' assisted generation, as a whole pipeline"]}

@@ -244,3 +244,25 @@ def test_a_corpus_with_a_humaneval_solution_is_refused_before_any_data(tmp_path,
     (src / "mine.py").write_text((src / "mine.py").read_text().replace(p.canonical_solution, "    first = strings[0]\n    widest = max(strings, key=len)\n    return first or widest\n"))
     assert len(db.corpus(tmp_path / "data", 0, lambda *a: None, roots=[src])) == 1
     assert (tmp_path / "data" / "corpus.json.gz").is_file()
+
+
+def test_the_data_mix_counts_positions_sampled_tokens_and_bytes(tmp_path, capsys):
+    """tools.draft_data_mix (docs/draft.md's shares of the data) on three hand-made shards; a stray file is refused."""
+    from tools import draft_data_mix
+
+    def shard(name, kinds):
+        np.savez(tmp_path / name, kind=np.array(kinds, np.int8), tok=np.zeros(len(kinds), np.int32))
+
+    shard("tf-00000-4.npz", [0, 0, 0, 0])
+    shard("gen-00000-4.npz", [0, 0, 1, 1])
+    shard("held-00000-2.npz", [0, 1])
+    mix = draft_data_mix.mix(tmp_path)
+    assert [mix[k]["positions"] for k in ("tf", "gen", "held")] == [4, 4, 2]
+    assert [mix[k]["sampled"] for k in ("tf", "gen", "held")] == [0, 2, 1]
+    draft_data_mix.main([str(tmp_path)])
+    out = capsys.readouterr().out
+    assert "training positions 8; the target's own sampled tokens among them 2 (25.0%)" in out
+    assert "50.0%" in out  # each kind's share of the 8 training positions
+    (tmp_path / "notes.npz").write_bytes(b"")
+    with pytest.raises(ValueError, match="notes.npz is not a shard of draft-data"):
+        draft_data_mix.mix(tmp_path)
