@@ -1,8 +1,9 @@
 """Measure the conformance checker's false-alarm rate and power over fresh seeds.
 
-    python3 -m tools.conform_false_alarm [--seeds 20] [--power-seeds 2] [--json out.json]
+    python3 -m tools.conform_false_alarm [--seeds 20] [--power-seeds 2] [--algorithms token,block] [--json out.json]
 
-False alarms: `conform.check` on mrs.verify (token) and mrs.verify_block (block) with seeds
+False alarms: `conform.check` on the reference of each of --algorithms (default mrs.verify, "token", and
+mrs.verify_block, "block"; the tree references "tree-topk", "tree-mss", "tree-rrs" too) with seeds
 10000, 10001, ...: the fraction of runs that fail is the run's false-alarm rate (at most
 conform.FAMILY_LEVEL = 1e-3 by Bonferroni); since 1e-3 cannot be resolved with a few dozen runs,
 the p-values of every chi-square check are pooled and their uniformity is tested too (fraction
@@ -22,14 +23,15 @@ import time
 import numpy as np
 from scipy import stats as sps
 
-from specref import mrs
+from specref import verifiers
 from specref.files import write_text
 from specref.proof import conform
 
 
-def false_alarms(seeds) -> dict:
+def false_alarms(seeds, algorithms=("token", "block")) -> dict:
     out = {}
-    for function, algorithm in [(mrs.verify, "token"), (mrs.verify_block, "block")]:
+    for algorithm in algorithms:
+        function = verifiers.REGISTRY[algorithm].function
         runs, pvalues, seconds, checks_failed = [], [], [], 0
         for seed in seeds:
             report = conform.check(function, algorithm=algorithm, seed=seed, vectors_tier=False)
@@ -67,10 +69,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seeds", type=int, default=20, help="fresh seeds per correct verifier (default 20; 0 skips)")
     ap.add_argument("--power-seeds", type=int, default=2, help="fresh seeds per known bug (default 2; 0 skips)")
+    ap.add_argument("--algorithms", default="token,block",
+                    help="comma-separated references checked for false alarms (default token,block; the tree "
+                         "references are tree-topk,tree-mss,tree-rrs)")
     ap.add_argument("--json", help="write the numbers to this file")
     args = ap.parse_args()
+    algorithms = tuple(a for a in args.algorithms.split(",") if a)
+    references = verifiers.references(verifiers.CHAINS + verifiers.TREES)
+    if not algorithms or any(a not in references for a in algorithms):
+        ap.error(f"--algorithms must name some of {','.join(references)}, got {args.algorithms!r}")
+    if args.seeds < 0 or args.power_seeds < 0:
+        ap.error(f"--seeds and --power-seeds must be >= 0, got {args.seeds} and {args.power_seeds}")
     start = time.time()
-    result = {"false_alarms": false_alarms(range(10_000, 10_000 + args.seeds))} if args.seeds else {}
+    result = ({"false_alarms": false_alarms(range(10_000, 10_000 + args.seeds), algorithms)} if args.seeds
+              else {})
     if args.power_seeds:
         result["power"] = power(range(20_000, 20_000 + args.power_seeds))
         print(json.dumps(result["power"]))

@@ -83,6 +83,9 @@ def compare(name: str, check: str, runs: int) -> None:
     for target in (0.5, 0.95):
         n = int(power.smallest_n(lambda m: power.check_power(law, correct, m, level), target=target))
         predicted = power.check_power(law, correct, n, level)
+        if runs == 0:
+            print(f"{name} on '{check}' at n = {n}: computed power {predicted:.3f} (not measured: --runs 0)", flush=True)
+            continue
         start = time.perf_counter()
         rejected = 0
         for i in range(runs):
@@ -112,10 +115,13 @@ def main(argv=None) -> None:
                         help="also measure the detection rate at the default sizes over this many fresh seeds")
     parser.add_argument("--compare", nargs=2, metavar=("SIGNATURE", "CHECK"),
                         help="measure one check's rejection rate at the n computed for 50%% and 95%% power")
-    parser.add_argument("--runs", type=int, default=200, help="runs for --compare (default 200)")
+    parser.add_argument("--runs", type=int, default=200,
+                        help="runs for --compare (default 200; 0: only the computed sizes and power)")
     parser.add_argument("--full-runs", metavar="SIGNATURE", help="whole conform.check runs on this signature")
     parser.add_argument("--seeds", type=int, default=3, help="seeds for --full-runs (default 3)")
     args = parser.parse_args(argv)
+    if args.runs < 0 or args.seeds < 1 or args.measure < 0:
+        parser.error(f"--runs must be >= 0, --seeds >= 1 and --measure >= 0, got {args.runs}, {args.seeds}, {args.measure}")
     if args.compare:
         compare(*args.compare, args.runs)
         return
