@@ -14,7 +14,7 @@ from specref import speedup
 from specref.apps import demo, sandbox
 from specref.apps import humaneval as he  # the command: add_arguments, run (and measure_costs, which run calls)
 from specref.apps.humaneval import runner  # run_methods makes its drafts with runner.by_name
-from specref.apps.humaneval.choices import GREEDY, NUCLEUS
+from specref.apps.humaneval.choices import GREEDY, NUCLEUS, PILOT_PROBLEMS, pilot_problems
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, check_completion,
                                              load_problems, parse_problems, program_text, truncate_at_stop)
 from specref.apps.humaneval import report as he_report
@@ -520,3 +520,35 @@ def test_a_run_stores_the_predictions_and_a_resumed_old_file_says_it_has_none(tm
                for r in rows if r["draft"])
     printed = capsys.readouterr().out
     assert f"NOTE: {he_report.OLD_CHOICE}" in printed and f"none: {he_report.OLD_CHOICE}." in printed
+
+
+# ---- the pilot's problems --------------------------------------------------------------------
+
+def test_the_pilot_spreads_its_problems_over_the_run():
+    """16 problems spread evenly over 164 (the first problems under-state the trained draft's greedy acceptance:
+    docs/humaneval.md), all of a run of at most 16."""
+    run = [f"HumanEval/{i}" for i in range(164)]
+    assert PILOT_PROBLEMS == 16
+    picked = pilot_problems(run)
+    assert picked[:4] == ["HumanEval/0", "HumanEval/10", "HumanEval/20", "HumanEval/30"] and len(set(picked)) == 16
+    assert picked[-1] == "HumanEval/153"
+    assert pilot_problems(run[:3]) == run[:3] and pilot_problems(run[:16]) == run[:16]
+    assert pilot_problems([]) == []
+
+
+def test_pilot_subsets_reads_a_runs_records(tmp_path):
+    from tools import pilot_subsets
+    lines = []
+    for i in range(4):  # problem i accepts i of 3 drafts examined
+        lines.append(json.dumps({"task_id": f"HumanEval/{i}", "method": "SpS[neural,K=1] greedy",
+                                 "n_accepted": i, "n_examined": 3}))
+    lines.append(json.dumps({"task_id": "HumanEval/0", "method": "ArS greedy", "n_accepted": 0, "n_examined": 0}))
+    path = tmp_path / "run.jsonl"
+    path.write_text("\n".join(lines))
+    (line,) = pilot_subsets.subsets(path, [2])
+    assert line == "SpS[neural,K=1] greedy: all 4: 0.500; first 2: 0.167; spread 2: 0.333"
+    with pytest.raises(ValueError, match="more than the run's 4 problems"):
+        pilot_subsets.subsets(path, [5])
+    (tmp_path / "empty.jsonl").write_text("")
+    with pytest.raises(ValueError, match="no SpS chain rows"):
+        pilot_subsets.subsets(tmp_path / "empty.jsonl", [2])

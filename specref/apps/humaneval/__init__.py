@@ -45,8 +45,8 @@ K and the tree per draft.  Without --K and --tree, each draft gets, per setting,
 Leviathan's Theorem 3.8 predicts fastest and, where one pays, a tree of drafts (a second SpS row,
 `specref.trees.Tree`), chosen as `python -m specref demo` chooses them (`demo.choose_K_replayed`,
 `demo.choose_tree_replayed`): from the scoring costs measured at the start of the run and each draft replayed over
-the target's own completions of the first problems (`specref.apps.pilot`: the chance of acceptance at
-each position and depth, c, the tree's chances by rank at each depth; `choices.PILOT_PROBLEMS`).  The choices
+the target's own completions of a few problems spread over the run's (`specref.apps.pilot`: the chance of
+acceptance at each position and depth, c, the tree's chances by rank at each depth; `choices.pilot_problems`).  The choices
 are stored in the results file with the speedups they predict, so a resumed run keeps both; a choice
 stored by an older results file has no prediction, and the run says so.  --K forces a chain of K for every
 draft, --tree a tree for every draft (`demo.tree_drawing` says how its children are drawn); with
@@ -205,8 +205,8 @@ def run(args, model=None) -> int:
             print(p["statement"])
         if report.get("choices"):
             print("K and tree per draft, and the speedups they predict before the run (the 'predicted' column): "
-                  "each draft replayed over the target's own completions of the first "
-                  f"{min(len(problems), PILOT_PROBLEMS)} problems, with this run's scoring costs "
+                  "each draft replayed over the target's own completions of "
+                  f"{min(len(problems), PILOT_PROBLEMS)} problems spread over the run's, with this run's scoring costs "
                   "(specref.apps.pilot; --K, --tree force them):")
             for c in report["choices"]:
                 setting = "greedy" if c["temperature"] == 0 else f"T {c['temperature']:g}, top-p {c['top_p']:g}"

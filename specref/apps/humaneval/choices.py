@@ -49,21 +49,33 @@ def sweep_methods(drafts: Iterable[str], Ks: Iterable[int]) -> list[Method]:
     return [Method(None, 0, *NUCLEUS)] + [Method(d, K, *NUCLEUS) for d in drafts for K in Ks]
 
 
-PILOT_PROBLEMS = 8  # the pilot's completions: the first this many problems, sampled by ArS at seed + demo.PILOT_SEED
+# The pilot's completions: this many problems spread evenly over the run's (`pilot_problems`), sampled by ArS at
+# seed + demo.PILOT_SEED.  Until 2026-11-29 it was the first 8, which under-stated the trained draft's greedy
+# acceptance on all 164 problems (0.320 against 0.536); 16 spread over them came within 0.031 of the whole run's
+# acceptance in each of its four chain rows (`python3 -m tools.pilot_subsets`, docs/humaneval.md).
+PILOT_PROBLEMS = 16
+
+
+def pilot_problems(problems: list[Problem]) -> list[Problem]:
+    """The pilot's problems: PILOT_PROBLEMS of `problems` spread evenly over them (problem i * n // k), or all."""
+    n = len(problems)
+    k = min(n, PILOT_PROBLEMS)
+    return [problems[i * n // k] for i in range(k)]
 
 
 def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict]:
     """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree", "predicted_K", "predicted_tree"}: K and a
     tree (None where none pays) per draft and setting, chosen before the run (`demo.choose_K_replayed`,
     `demo.choose_tree_replayed`) from the run's measured scoring costs and each draft replayed over the pilot's text
-    (`specref.apps.pilot`): the target's own completions of the first PILOT_PROBLEMS problems, sampled by ArS with
+    (`specref.apps.pilot`): the target's own completions of PILOT_PROBLEMS problems spread over the run's
+    (`pilot_problems`), sampled by ArS with
     the run's warp, length and stop rule at seed + demo.PILOT_SEED, with the speedups those choices predict
     (`KChoice.predicted`, `TreeChoice.predicted`: the rows' "predicted_speedup").  Each choice is stored in the
     results file and reused on resume (the costs measured again on resume do not change it: its rows are stored
     under the K and tree it chose).  A choice stored before its predictions were (an older results file) has
     predicted_K and predicted_tree None: its rows then have no a-priori prediction, and say why."""
     scoring = [speedup.plausible_score_cost(costs["score_ratio"][K])[0] for K in sorted(costs["score_ratio"])]
-    problems = bench.problems[:PILOT_PROBLEMS]
+    problems = pilot_problems(bench.problems)
     out = {}
     for temperature, top_p in (NUCLEUS, GREEDY):
         setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
