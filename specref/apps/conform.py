@@ -206,7 +206,7 @@ def run_pipeline(args) -> int:
         progress=lambda c: print(c.line(), flush=True))
     verdict = report.verdict()
     print(f"{verdict} in {report.seconds:.1f} s; one chi-square check at {conform.FAMILY_LEVEL:g}: "
-          f"a correct pipeline fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+          f"a correct pipeline fails a run with probability about {conform.FAMILY_LEVEL:g} (nominal)")
     if report.untested:
         print(report.untested_line())
     if report.diagnosis:
@@ -233,7 +233,7 @@ def run(args) -> int:
     verdict = report.verdict()
     m = sum(1 for c in report.checks if c.level is not None)
     print(f"{verdict} in {report.seconds:.0f} s; {m} chi-square checks at {conform.FAMILY_LEVEL:g} / {m} each: "
-          f"a correct verifier fails a run with probability at most {conform.FAMILY_LEVEL:g}")
+          f"a correct verifier fails a run with probability about {conform.FAMILY_LEVEL:g} (nominal)")
     if report.untested:
         print(report.untested_line())
     if report.diagnosis:

@@ -164,7 +164,8 @@ class PipelineReport(Verdict):
     def text(self) -> str:
         lines = [f"pipeline conformance of {self.generate} against {self.reference} (seed {self.seed})",
                  f"one chi-square check at level {FAMILY_LEVEL:g}: a correct pipeline fails this run with probability "
-                 f"at most {FAMILY_LEVEL:g}; the other checks never fail a correct pipeline"]
+                 f"about {FAMILY_LEVEL:g} (the nominal rate, which the chi-square approximation keeps only roughly); "
+                 "the other checks never fail a correct pipeline"]
         lines += [c.line() for c in self.checks]
         lines.append(f"{self.verdict()} in {self.seconds:.1f} s")
         if self.untested:

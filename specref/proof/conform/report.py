@@ -40,7 +40,8 @@ class Report(Verdict):
         family = levels.FAMILY_LEVEL
         head = [f"conformance of {self.verifier} as {algorithms.CHECKED_AS[self.algorithm]} (seed {self.seed})",
                 f"chi-square checks: {m}, each at level {family:g} / {m}: a correct verifier fails this run "
-                f"with probability at most {family:g}; the other checks never fail a correct verifier"]
+                f"with probability about {family:g} (the nominal rate, which the chi-square approximation keeps only "
+                "roughly); the other checks never fail a correct verifier"]
         lines = head + [c.line() for c in self.checks]
         lines.append(f"{self.verdict()} in {self.seconds:.0f} s")
         if self.untested:
