@@ -1,8 +1,9 @@
 """Exact expected tokens per target call of token-level and block verification, side by side.
 
     python3 -m tools.block_gain
+    python3 -m tools.block_gain --paired figures/block_verification/he_K*_*.json
 
-Everything here is computed by enumeration (`specref.proof.stats`), no sampling:
+Everything here (but --paired) is computed by enumeration (`specref.proof.stats`), no sampling:
 - the block-verification paper's toy example (binary vocabulary, draft (2/3, 1/3), target
   (1/3, 2/3), context-independent) for K = 1..8, in exact fractions;
 - context-dependent models over V = 3 tokens (every prefix has its own Dirichlet(0.5) row),
@@ -10,6 +11,9 @@ Everything here is computed by enumeration (`specref.proof.stats`), no sampling:
   K = 2, 4, 8, averaged over 5 random pairs; and the same with a one-hot draft (the target's
   most likely token, as prompt lookup or a greedy draft gives), where block verification
   provably gains nothing.
+--paired reads `humaneval --json` reports instead and prints, for each SpS row, the paired gain of block
+verification on that run's own drafts: E block / E token - 1, both expected tokens per call computed exactly
+for each call's drafts (`laws.ExpectedTokens`), as docs/block_verification.md's table gives it.
 """
 
 from __future__ import annotations
@@ -75,6 +79,30 @@ def context_dependent(V: int = 3, pairs: int = 5) -> None:
             print(f"| {label} | {alpha:.2f} | {K} | {token:.3f} | {block:.3f} | {block / token - 1:+.1%} |", flush=True)
 
 
+def paired(paths: list[str]) -> None:
+    import json
+    print("| report | K | draft | decoding | E token | E block | paired gain |")
+    print("|---|---|---|---|---|---|---|")
+    for path in paths:
+        rows = [r for r in json.load(open(path))["rows"] if r.get("method") == "SpS"]
+        if not rows:
+            raise SystemExit(f"{path} has no SpS rows (expected a `python3 -m specref humaneval --json` report)")
+        for r in rows:
+            token, block = r.get("expected_tokens_per_call_token"), r.get("expected_tokens_per_call_block")
+            if not token or block is None:
+                raise SystemExit(f"{path}: the {r['draft']} row has no expected tokens per call of both verifiers")
+            decoding = "greedy" if r["temperature"] == 0 else f"T {r['temperature']:g}, top-p {r['top_p']:g}"
+            print(f"| {path} | {r['K']} | {r['draft']} | {decoding} | {token:.4f} | {block:.4f} | {block / token - 1:+.1%} |")
+
+
 if __name__ == "__main__":
-    toy()
-    context_dependent()
+    import sys
+    if sys.argv[1:2] == ["--paired"]:
+        if not sys.argv[2:]:
+            raise SystemExit("--paired needs one or more humaneval --json reports")
+        paired(sys.argv[2:])
+    elif sys.argv[1:]:
+        raise SystemExit(f"usage: python3 -m tools.block_gain [--paired REPORT.json ...]; got {' '.join(sys.argv[1:])}")
+    else:
+        toy()
+        context_dependent()
