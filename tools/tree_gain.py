@@ -6,6 +6,7 @@
     python3 -m tools.tree_gain humaneval --limit 12 --json runs/tree_gain.json
                                                          # the trained draft on HumanEval prompts: resumable
                                                          # (results go to the .jsonl beside --json), progress shown
+    python3 -m tools.tree_gain vs-chain runs/tree_gain.json   # each tree's tokens per call against its chain's
 
 Exact: every output of one call is enumerated over the tree's draws and the verifier's uniforms
 (`expected_tokens`, a recursion over contexts), on context-dependent models over V = 6 tokens:
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pathlib
 import sys
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # as `python -m specref` sets it, before NumPy is imported
@@ -274,8 +276,31 @@ def run_depths(draft: str = "prompt-lookup", shapes=("4", "4x1x1", "2+1+1+1+1+1"
     return 0
 
 
+def against_chains(rows: list[dict]) -> list[str]:
+    """Each tree row's tokens per target call against the chain row of the same K and decoding in the same run."""
+    lines = []
+    for r in rows:
+        if not r.get("tree"):
+            continue
+        chain = [c for c in rows if c.get("method") == "SpS" and not c.get("tree") and c["K"] == r["K"]
+                 and c["temperature"] == r["temperature"] and c.get("top_p") == r.get("top_p")]
+        if len(chain) != 1:
+            raise ValueError(f"the tree {r['tree']} (K = {r['K']}) has {len(chain)} chain rows of its K and decoding")
+        decoding = "greedy" if r["temperature"] == 0 else "nucleus"
+        tree, base = r["tokens_per_target_call"], chain[0]["tokens_per_target_call"]
+        lines.append(f"{decoding:>7} K = {r['K']}: tree {r['tree']:>8} ({r['verify']:>4}) {tree:.2f} tokens per call "
+                     f"against the chain's {base:.2f}: {tree / base - 1:+.1%}")
+    return lines
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["vs-chain"]:
+        if len(argv) != 2:
+            print("usage: python3 -m tools.tree_gain vs-chain RESULTS.json (a `tree_gain humaneval --json` report)")
+            return 2
+        print("\n".join(against_chains(json.loads(pathlib.Path(argv[1]).read_text())["rows"])))
+        return 0
     if argv[:1] == ["exact"]:
         print(exact_tables())
         return 0
