@@ -67,6 +67,9 @@ def test_a_new_implementation_of_a_known_rule_needs_its_function_and_one_row(mon
     assert all(c.passed is not False for c in good.checks) and good.checks[0].passed  # the exact tier ran: the vectors
     bad = conform.check(broken.resample_from_q, algorithm="token-broken", scale=0.05)
     assert not bad.passed and bad.diagnosis.startswith("resample_from_q"), bad.text()
+    case = conform.cases("token")[0]  # the single checks resolve the name too
+    assert conform.one_call_check(verify_again, case, "token-again").passed
+    assert [c.passed for c in conform.exact_checks(verify_again, "token-again")] == [True, True, True]
     parser = argparse.ArgumentParser()
     demo.add_arguments(parser)
     assert parser.parse_args(["--verify", "token-again"]).verify == "token-again"

@@ -38,6 +38,7 @@ RUN_LIMIT = 1800.0
 def exact_checks(verifier: Callable, algorithm: str = "token") -> list[Check]:
     """The exact tier on a verifier with the contract's signature that takes injected uniforms: the vectors, then two
     edge cases (a chain: `mrs.verify`'s signature) or three (a tree algorithm: the tree contract)."""
+    algorithm = verifiers.law_of(algorithm)
     shape = part(algorithm)
     return [shape.vectors_check(verifier, algorithm), *shape.edge_checks(verifier, algorithm)]
 
@@ -47,6 +48,7 @@ def one_call_check(verifier: Callable, case, algorithm: str = "token", level: fl
     """The chi-square check of one call's output law on `case` (a `Case` for a chain algorithm, with verify's
     signature; a `TreeCase` for a tree algorithm, with the tree contract), with a diagnosis if it fails."""
     rng = np.random.default_rng(0) if rng is None else rng
+    algorithm = verifiers.law_of(algorithm)
     return part(algorithm).one_call(verifier, case, algorithm, level, rng)[0]
 
 
@@ -56,6 +58,7 @@ def sequence_check(verifier, K, level: float = FAMILY_LEVEL, rng: np.random.Gene
     of speculative_sampling through `verifier` (verify's signature), K drafts a call; or, for a tree algorithm, of a
     speculative loop with trees, K being the trees' widths (each call a tree drawn the algorithm's way from the draft
     at the tokens so far, the target's rows on it, the verifier).  runs: by default N_SEQUENCES (TREE_N_SEQUENCES)."""
+    algorithm = verifiers.law_of(algorithm)
     shape = part(algorithm)
     rng = np.random.default_rng(0) if rng is None else rng
     return shape.sequence(verifier, K, algorithm, level, rng, shape.N_SEQUENCES if runs is None else runs)
