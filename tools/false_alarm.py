@@ -90,7 +90,7 @@ def pooling(draws: int) -> None:
     checked = {f"test_mrs {c}": (laws.verify_law(*tm.CASES[c]), tm.N_SAMPLES) for c in tm.CASES}
     checked |= {f"test_mrs_block {c}": (tb.block_law(*tb.CASES[c]), tb.N_SAMPLES) for c in tb.CASES}
     checked["sequences (test_sampling, conform)"] = (ts.LAW, ts.RUNS)
-    for algorithm in verifiers.CHAINS:
+    for algorithm in verifiers.references(verifiers.CHAINS):
         for c in conform.cases(algorithm):
             checked[f"conform {algorithm} {c.name}"] = (laws.rows_call_law(conform.CORRECT[algorithm], c.p, c.q), c.n)
         c = conform.accepted_count_case()

@@ -37,7 +37,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = ROOT / "figures"
-CHECKED = ["README.md", "docs/results.md", "docs/humaneval.md", "docs/shipped_bugs.md", "docs/trees.md"]
+CHECKED = ["README.md", "docs/results.md", "docs/humaneval.md", "docs/shipped_bugs.md", "docs/trees.md",
+           "docs/conformance.md"]
 # Sections of the other pages that already follow the rule (page -> headings); the rest of those pages does not yet
 CHECKED_SECTIONS = {"docs/block_verification.md": ["## What the tests prove", "### The demo's workloads",
                                                    "### HumanEval, first 10 problems",
@@ -48,10 +49,7 @@ CHECKED_SECTIONS = {"docs/block_verification.md": ["## What the tests prove", "#
                                       "## Scaling with data", "## HumanEval with the trained draft",
                                       "## Against the targets, honestly"],
                     "docs/draft_layer.md": ["## Design"],
-                    "docs/tests.md": ["## Running it", "## The tiers"],
-                    "docs/conformance.md": ["## A verdict in bounded time", "### Checking at a temperature other than 1", "## Power",
-                                            "## Whole pipelines: `--pipeline`",
-                                            "## Hugging Face transformers' assisted generation, as a whole pipeline"]}
+                    "docs/tests.md": ["## Running it", "## The tiers"]}
 
 NAME_WORDS = ("theorem", "theorems", "table", "eq.", "equation", "figure", "algorithm", "section",
               "numpy", "python", "version")
