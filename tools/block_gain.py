@@ -81,10 +81,13 @@ def context_dependent(V: int = 3, pairs: int = 5) -> None:
 
 def paired(paths: list[str]) -> None:
     import json
+    import pathlib
     print("| report | K | draft | decoding | E token | E block | paired gain |")
     print("|---|---|---|---|---|---|---|")
     for path in paths:
-        rows = [r for r in json.load(open(path))["rows"] if r.get("method") == "SpS"]
+        if not pathlib.Path(path).is_file():
+            raise SystemExit(f"{path} is not a file (expected a `python3 -m specref humaneval --json` report)")
+        rows = [r for r in json.loads(pathlib.Path(path).read_text()).get("rows", []) if r.get("method") == "SpS"]
         if not rows:
             raise SystemExit(f"{path} has no SpS rows (expected a `python3 -m specref humaneval --json` report)")
         for r in rows:

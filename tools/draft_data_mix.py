@@ -47,7 +47,10 @@ def main(argv=None) -> None:
         root = found[0]
     if not root.is_dir():
         sys.exit(f"{root} is not a directory")
-    counts = mix(root)
+    try:
+        counts = mix(root)
+    except ValueError as e:
+        sys.exit(str(e))
     training = counts["tf"]["positions"] + counts["gen"]["positions"]
     if not training:
         sys.exit(f"{root} holds no training shards")

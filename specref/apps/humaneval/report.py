@@ -188,11 +188,12 @@ def parity(rows: list[dict]) -> list[dict]:
         low, high = difference_interval(row["passed"], row["n_problems"], ars["passed"], ars["n_problems"])
         agree = low <= 0 <= high
         decoding = "greedy" if row["temperature"] == 0 else f"T={row['temperature']:g}, top-p={row['top_p']:g}"
+        name = sps_label(row["draft"], row["K"], row.get("tree"), row.get("drawing"))
         out.append({
             "draft": row["draft"], "temperature": row["temperature"], "top_p": row["top_p"],
             "difference": row["pass_at_1"] - ars["pass_at_1"], "difference_ci95": [low, high], "agree": agree,
             "statement": (
-                f"{decoding}: {sps_label(row['draft'], row['K'], row.get('tree'), row.get('drawing'))} pass@1 {row['pass_at_1']:.1%} vs ArS {ars['pass_at_1']:.1%} "
+                f"{decoding}: {name} pass@1 {row['pass_at_1']:.1%} vs ArS {ars['pass_at_1']:.1%} "
                 f"on {row['n_problems']} problems; difference {row['pass_at_1'] - ars['pass_at_1']:+.1%}, "
                 f"95% CI [{low:+.1%}, {high:+.1%}] "
                 + ("contains 0: parity within sampling error." if agree else
