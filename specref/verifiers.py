@@ -70,6 +70,12 @@ def law_of(name: str) -> str:
     return law
 
 
+def reference(name: str) -> Verifier:
+    """The reference row whose exact law the verifier `name` has (itself for a reference): its function is the one
+    whose portable vectors `name` must reproduce.  ValueError as `law_of`."""
+    return REGISTRY[law_of(name)]
+
+
 def for_drawing(drawing: str) -> Verifier:
     """The tree verifier that is exact for children drawn the way `drawing` says; ValueError if none is."""
     for v in REGISTRY.values():

@@ -17,7 +17,7 @@ def test_every_chain_verifier_has_its_exact_law():
     assert set(cases.CORRECT) == set(verifiers.references(verifiers.CHAINS)) == {"token", "block"}
     assert all(verifiers.law_of(name) in cases.CORRECT for name in verifiers.CHAINS)
     assert set(chain.SIGNATURES) == set(cases.CORRECT)  # and the known bugs its checks are measured on
-    assert [chain.vectors_function(name) for name in ("token", "block")] == ["verify", "verify_block"]
+    assert [verifiers.reference(name).function.__name__ for name in ("token", "block")] == ["verify", "verify_block"]
 
 
 def test_every_tree_verifier_has_its_rule_its_bugs_and_its_way_of_drawing():
@@ -62,6 +62,7 @@ def test_a_new_implementation_of_a_known_rule_needs_its_function_and_one_row(mon
     _register(monkeypatch, verifiers.Verifier("token-again", verify_again, "chain", "token-level, again", law="token"))
     _register(monkeypatch, verifiers.Verifier("token-broken", broken.resample_from_q, "chain", "broken", law="token"))
     assert verifiers.law_of("token-again") == "token" and verifiers.references(verifiers.CHAINS) == ("token", "block")
+    assert verifiers.reference("token-again") is verifiers.REGISTRY["token"]  # whose vectors it must reproduce
     good = conform.check(verify_again, algorithm="token-again", scale=0.1)
     assert good.passed, good.text()
     assert all(c.passed is not False for c in good.checks) and good.checks[0].passed  # the exact tier ran: the vectors
@@ -82,6 +83,7 @@ def test_a_new_tree_implementation_is_checked_as_its_reference(monkeypatch):
     _register(monkeypatch, verifiers.Verifier("tree-rrs-again", verify_tree_again, "without_replacement", "again",
                                               law="tree-rrs"))
     assert verifiers.for_drawing("without_replacement").function is mrs_tree.verify_tree_rrs  # the reference first
+    assert verifiers.reference("tree-rrs-again").function is mrs_tree.verify_tree_rrs
     assert trees.DRAWINGS == ("topk", "iid", "without_replacement")
     report = conform.check(verify_tree_again, algorithm="tree-rrs-again", scale=0.1)
     assert report.passed, report.text()

@@ -4,9 +4,8 @@ Chains ("token", "block": `mrs.verify`'s contract) and trees ("tree-topk", "tree
 `mrs_tree.verify_tree_*`'s).  What the report calls each is the verifier registry's label (CHECKED_AS).
 Everything particular to one shape of call lives in its part, `chain` or `tree` (`part(algorithm)`), under
 the same names in both: the known bugs its checks are measured on (`known_bugs`) and its diagnosis names
-(`diagnosed`), the bug a failing edge check is the signature of (`edge_bug`), its reference function's name
-in the portable vectors (`vectors_function`), the exact laws of a run's checks (`check_laws`), which known
-bugs a run of given sizes catches (`caught`), and the checks themselves.  Here also: at which sampling
+(`diagnosed`), the bug a failing edge check is the signature of (`edge_bug`), the exact laws of a run's checks
+(`check_laws`), which known bugs a run of given sizes catches (`caught`), and the checks themselves.  Here also: at which sampling
 parameters the known bugs were sized (`sized_at`).
 """
 

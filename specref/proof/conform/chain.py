@@ -68,11 +68,6 @@ def edge_bug(algorithm: str, check: str):
     return None
 
 
-def vectors_function(algorithm: str) -> str:
-    """The reference function whose portable vectors a verifier of `algorithm` must reproduce."""
-    return verifiers.REGISTRY[verifiers.law_of(algorithm)].function.__name__  # "verify", "verify_block"
-
-
 def check_laws(algorithm: str) -> dict:
     """Every chi-square check of a run: name -> (default n, correct law, the known bugs' laws) (`power.check_laws`)."""
     return power.check_laws(algorithm, known_bugs(algorithm))
@@ -95,7 +90,7 @@ def probe_args() -> tuple:
 def vectors_check(verifier, algorithm: str) -> Check:
     """The portable vectors of specref/proof/mrs_vectors.json for `algorithm`'s reference: same uniforms, same tokens;
     if some differ, the known bugs that give the same tokens on every vector."""
-    function = vectors_function(algorithm)
+    function = verifiers.reference(algorithm).function.__name__
     chosen = [c for c in json.loads(vectors.PATH.read_text())["cases"] if c["function"] == function]
     return replayed_vectors_check(
         verifier, function, chosen, lambda c: (np.array(c["x_draft"], dtype=np.int64), np.array(c["p"]),

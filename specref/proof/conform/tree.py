@@ -63,11 +63,6 @@ def edge_bug(algorithm: str, check: str):
     return tree_algorithm(algorithm).bug[TREE_EDGE_BUGS[check]] if check in TREE_EDGE_BUGS else None
 
 
-def vectors_function(algorithm: str) -> str:
-    """The reference function whose portable vectors a verifier of `algorithm` must reproduce."""
-    return verifiers.REGISTRY[verifiers.law_of(algorithm)].function.__name__  # "tree-mss" -> "verify_tree_mss"
-
-
 @functools.lru_cache(maxsize=None)
 def check_laws(algorithm: str) -> dict:
     """Every chi-square check of a run: name -> (default n, correct law, the known bugs' laws): one call on each of
@@ -120,7 +115,7 @@ def probe_args() -> tuple:
 def vectors_check(verifier, algorithm: str) -> Check:
     """The portable vectors of specref/proof/tree_vectors.json for this algorithm's verifier: same uniforms, same
     tokens; if some differ, the known bugs that give the same tokens on every vector."""
-    function = vectors_function(algorithm)
+    function = verifiers.reference(algorithm).function.__name__
     chosen = [c for c in json.loads(tree_vectors.PATH.read_text())["cases"] if c["function"] == function]
     return replayed_vectors_check(
         verifier, function, chosen, lambda c: (np.array(c["tokens"], dtype=np.int64),
