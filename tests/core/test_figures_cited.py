@@ -18,18 +18,24 @@ word right before it, never by its value:
 Every other such number must appear in a raw output file, a file under figures/ linked from the
 number's *scope*: its table row, or, when the row links no raw file, the paragraph just above the
 table (its caption); in prose, its paragraph (a list item is a paragraph).  A link to a directory
-names no file.  "Appears" allows only formatting: the file holds a number that rounds to the
-figure at the figure's own number of decimals (2.04 matches 2.0412 but not 2.0 or 2.05); a
+names no file.  A committed notebook (notebooks/NAME.ipynb) is a raw output too, since it is saved
+with its outputs: a figure must then be in the text those outputs show (streams, and the text/plain,
+text/markdown and text/html of displays and results), never merely in its cells' source, images or
+errors.  "Appears" allows only formatting: the file holds a number that rounds to the figure at
+the figure's own number of decimals (2.04 matches 2.0412 but not 2.0 or 2.05); a
 percentage may appear as a fraction (1.75% as 0.0175...); a number in a JSON file is exact (1.0
 there confirms 1.00); signs and digit grouping are ignored;
 a figure in scientific notation matches to its significant digits.  A range (1.19–1.23x) is two
-figures.  `test_the_checker_rejects_what_it_must` is the negative control.
+figures.  `test_the_checker_rejects_what_it_must` is the negative control, and
+`test_a_notebook_backs_only_what_its_saved_outputs_show` the notebooks' one.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,16 +43,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RAW = ROOT / "figures"
+NOTEBOOKS = ROOT / "notebooks"  # its NAME.ipynb are committed with their outputs
 CHECKED = ["README.md", "docs/results.md", "docs/humaneval.md", "docs/shipped_bugs.md", "docs/trees.md",
-           "docs/conformance.md", "docs/block_verification.md"]
+           "docs/conformance.md", "docs/block_verification.md", "docs/tests.md",
+           "docs/notebooks.md", "docs/draft.md", "docs/draft_layer.md"]
 # Sections of the other pages that already follow the rule (page -> headings); the rest of those pages does not yet
 CHECKED_SECTIONS = {"docs/performance.md": ["## Summary", "## The fast path behind one switch (2026-11-25, Zen 4, family 25 model 17)",
-                                            "## Zen 3, before and after tree attention (2026-11-26, family 25 model 1)"],
-                    "docs/draft.md": ["## Design", "## Data", "## The shipped draft", "## The yardstick: alpha on the target's own HumanEval completions",
-                                      "## Scaling with data", "## HumanEval with the trained draft",
-                                      "## Against the targets, honestly"],
-                    "docs/draft_layer.md": ["## Design"],
-                    "docs/tests.md": ["## Running it", "## The tiers", "## What the statistical tests can see"]}
+                                            "## Zen 3, before and after tree attention (2026-11-26, family 25 model 1)"]}
 
 NAME_WORDS = ("theorem", "theorems", "table", "eq.", "equation", "figure", "algorithm", "section",
               "numpy", "python", "version")
@@ -68,6 +71,8 @@ _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
 _COMMENT = re.compile(r"<!--.*?-->")
 _LINK = re.compile(r"\]\(\s*<?([^)\s>]+)>?[^)]*\)")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+\.)\s")
+_NOTEBOOK_LINK = re.compile(r"(?:^|/)notebooks/[^/#]+\.ipynb(?:#|$)")
+_DATA_URI = re.compile(r"data:[\w/+.-]+;base64,[\w+/=]+")
 
 
 @dataclass(frozen=True)
@@ -110,8 +115,15 @@ def figures(line: str) -> list[Figure]:
 
 
 def raw_targets(text: str) -> list[str]:
-    """The link targets in `text` that lead into figures/ (as written, relative to the page)."""
-    return [t for t in _LINK.findall(text) if "figures/" in t]
+    """The link targets in `text` that lead into figures/ or to a notebook (as written, relative to the page)."""
+    return [t for t in _LINK.findall(text) if "figures/" in t or _NOTEBOOK_LINK.search(t)]
+
+
+def is_raw(file: Path) -> bool:
+    """Whether `file` (resolved) is a raw output: a file under figures/, or a notebook NAME.ipynb in notebooks/."""
+    if not file.is_file():
+        return False
+    return file.is_relative_to(RAW.resolve()) or (file.suffix == ".ipynb" and file.parent == NOTEBOOKS.resolve())
 
 
 def scopes(text: str) -> list[tuple[list[tuple[int, str]], str]]:
@@ -153,10 +165,28 @@ def scopes(text: str) -> list[tuple[list[tuple[int, str]], str]]:
     return out
 
 
+def notebook_outputs(path: Path) -> str:
+    """The text a notebook's saved outputs show: its streams and the text/plain, text/markdown and text/html
+    of its displays and results (inline images cut out); never its cells' source, images or errors."""
+    def joined(text) -> str:
+        return "".join(text) if isinstance(text, list) else str(text)
+
+    parts = []
+    for cell in json.loads(path.read_text(encoding="utf-8")).get("cells", []):
+        for output in cell.get("outputs", []):
+            if output.get("output_type") == "stream":
+                parts.append(joined(output.get("text", "")))
+            elif output.get("output_type") in ("display_data", "execute_result"):
+                data = output.get("data", {})
+                parts += [_DATA_URI.sub(" ", joined(data[kind])) for kind in ("text/plain", "text/markdown", "text/html")
+                          if kind in data]
+    return "\n".join(parts)
+
+
 @functools.lru_cache(maxsize=None)
 def numbers_in(path: Path) -> tuple[tuple[float, int, bool], ...]:
-    """Every number written in a raw file: (value, decimals, written in scientific notation)."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """Every number written in a raw file (in a notebook, in its outputs): (value, decimals, written in scientific notation)."""
+    text = notebook_outputs(path) if path.suffix == ".ipynb" else path.read_text(encoding="utf-8", errors="replace")
     exact = path.suffix == ".json"  # JSON holds a float's shortest exact repr: 1.0 is 1.00 exactly
     out = []
     for m in re.finditer(r"\d+(?:\.(\d+))?(?:[eE]([-+]?\d+))?", text):
@@ -194,14 +224,14 @@ def check(text: str, page: Path) -> list[str]:
         files = []
         for target in raw_targets(cites):
             file = (page.parent / target.partition("#")[0]).resolve()
-            if file.is_file() and file.is_relative_to(RAW.resolve()):
+            if is_raw(file):
                 files.append(file)
         for number, line in lines:
             for fig in figures(line):
                 if not files:
                     problems.append(f"{name}:{number}: {fig.text} cites no raw file under figures/")
                 elif not any(appears(fig, f) for f in files):
-                    shown = ", ".join(str(f.relative_to(ROOT)) for f in files)
+                    shown = ", ".join(str(f.relative_to(ROOT) if f.is_relative_to(ROOT) else f) for f in files)
                     problems.append(f"{name}:{number}: {fig.text} is not in {shown}")
     return problems
 
@@ -263,6 +293,44 @@ def test_the_checker_rejects_what_it_must():
         "9.99x cites no raw file under figures/",
     ], problems
     assert [p.split(":")[1] for p in problems] == ["3", "5", "7", "17"]
+
+
+def test_a_notebook_backs_only_what_its_saved_outputs_show(tmp_path, monkeypatch):
+    # Negative control for notebooks: a figure in a notebook's source, its images or its errors, or in no
+    # output at all, is rejected; only the text its outputs show backs a figure.
+    monkeypatch.setattr(sys.modules[__name__], "NOTEBOOKS", tmp_path / "notebooks")
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "notebooks" / "example.py").write_text("print('speedup 3.06x')\n")
+    (tmp_path / "notebooks" / "example.ipynb").write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "markdown", "metadata": {}, "source": ["The run gave 4.56x."]},
+        {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": ["print('speedup 3.06x, alpha 0.81')  # 7.77x"],
+         "outputs": [
+             {"output_type": "stream", "name": "stdout", "text": ["speedup 3.06x, ", "alpha 0.81\n"]},
+             {"output_type": "display_data", "metadata": {},
+              "data": {"image/png": "iVBORw0KGgo21AAAA", "text/plain": ["<Figure size 700x400 with 1 Axes>"]}},
+             {"output_type": "execute_result", "execution_count": 1, "metadata": {},
+              "data": {"text/html": ["<td>1.75%</td><img src=\"data:image/png;base64,AAA987BBB\">"], "text/plain": ["<HTML>"]}},
+             {"output_type": "error", "ename": "ValueError", "evalue": "5.55", "traceback": ["5.55"]}]}]}))
+    nb = "../notebooks/example.ipynb"
+    text = "\n".join([
+        f"The notebook printed 3.06x at alpha 0.81 and 1.75% ([nb]({nb})).",  # in its outputs
+        "",
+        f"Its prose says 4.56x and a comment 7.77x ([nb]({nb})).",            # in its source only
+        "",
+        f"Its figure's PNG holds 21 s, an inline image 987 ms ([nb]({nb})).",  # in images only
+        "",
+        f"Its error says 5.55; it never printed 3.07x ([nb]({nb})).",          # in an error; nowhere
+        "",
+        "Its source file says 3.06x ([py](../notebooks/example.py)).",       # a .py is no raw output
+    ])
+    problems = check(text, tmp_path / "docs" / "example.md")
+    shown = tmp_path / "notebooks" / "example.ipynb"
+    assert [p.split(": ", 1)[1] for p in problems] == [
+        f"4.56x is not in {shown}", f"7.77x is not in {shown}",
+        f"21 s is not in {shown}", f"987 ms is not in {shown}",
+        f"5.55 is not in {shown}", f"3.07x is not in {shown}",
+        "3.06x cites no raw file under figures/",
+    ], problems
 
 
 def test_what_counts_as_a_figure():
