@@ -6,7 +6,7 @@ bonus) are plain.  A summary table follows: tokens, ms/token, alpha, tokens per 
 call, the time of one target call, the speedup measured over ArS with the same sampling
 settings, and two figures from Leviathan's model (Theorem 3.8) that are not the same kind of thing:
 - "predicted": the a-priori prediction, made before the run from what was measured before it: each
-  draft replayed over the target's own pilot completion of the prompt (`specref.apps.pilot`: the
+  draft replayed over the target's own pilot completions of the prompt (`specref.apps.pilot`: the
   chance of acceptance at each position and depth, c, a tree's chances by rank) and the scoring
   costs measured at the start (`KChoice.predicted`, `TreeChoice.predicted`).  A run whose K or
   tree was given (--K, --tree) had no pilot, and shows "none": there is no a-priori prediction for it.
@@ -17,7 +17,8 @@ settings, and two figures from Leviathan's model (Theorem 3.8) that are not the 
 
 K, the draft tokens per target call, is chosen per draft and setting before the run.  The target
 first completes the prompt alone (ArS, the run's warp and length, seed + PILOT_SEED: the pilot's
-text, `pilot_completion`); each draft is replayed over that text as drafting would meet it
+text, `pilot_completion`; PILOT_SAMPLES such completions at successive seeds for a sampled setting,
+one for greedy: `pilot_texts`); each draft is replayed over that text as drafting would meet it
 (`specref.apps.pilot.replay`), and the K that the calls followed in expectation over it, with the
 cost of scoring K + 1 tokens measured on this CPU at the start of the run, predict fastest is taken
 (`choose_K_replayed`).  Where no K pays the run says so and gives the alpha the draft would need.
@@ -49,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import codecs
+import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -215,6 +217,10 @@ def fill_model_check(result: Run, base: Run) -> Run:
 PILOT_TOKENS = 32    # tokens of a short sampled pilot run (`choose_K` from such a run; the commands use `pilot`)
 PILOT_K = 4          # such a run's K (alpha does not depend on K; c is per draft token)
 PILOT_SEED = 1       # the commands' pilot completion is sampled at the run's seed + PILOT_SEED (`pilot_completion`)
+PILOT_SAMPLES = 4    # the demo's pilot completions of a sampled setting, at seeds seed + PILOT_SEED + i (`pilot_texts`):
+                     # one sampled answer may copy its prompt far more or less than the run's will (on 2026-11-29 the
+                     # pilot's alpha was 0.83 and both runs' 0.56), and the prediction is for the expected run.
+                     # A greedy setting has one completion, the same at every seed.
 COST_REPEATS = 5     # rounds of the scoring-cost measurement (medians taken)
 
 
@@ -241,6 +247,16 @@ def pilot_completion(model, prompt_ids: list[int], temperature: float, top_p: fl
     """The pilot's text: the target's own completion of the prompt (ArS, the run's warp and length), at seed +
     PILOT_SEED; its decode step is the pilot's unit of cost (`specref.apps.pilot`)."""
     return generate(model, prompt_ids, "ArS", "-", 1, temperature, top_p, max_new_tokens, seed + PILOT_SEED, eos)
+
+
+def pilot_texts(model, prompt_ids: list[int], temperature: float, top_p: float | None, max_new_tokens: int,
+                seed: int, eos: int | None = None, samples: int = PILOT_SAMPLES) -> list[Run]:
+    """The demo's pilot: `samples` completions of the prompt for a sampled setting (`pilot_completion` at seeds
+    seed + i, i < samples), one for a greedy setting; each draft is replayed over all of them, pooled."""
+    if samples < 1:
+        raise ValueError(f"samples must be at least 1, got {samples}")
+    n = 1 if temperature == 0 else samples
+    return [pilot_completion(model, prompt_ids, temperature, top_p, max_new_tokens, seed + i, eos) for i in range(n)]
 
 
 def replay_draft(model, prompt_ids: list[int], tokens, stats, draft, draft_name: str, temperature: float,
@@ -351,7 +367,7 @@ def table(results: list[Run]) -> str:
                     f"{r.speedup:7.2f}x "
                     + (f"{'none':>9} " if r.apriori is None else f"{r.apriori:8.2f}x ")
                     + f"{r.model_check:10.2f}x" + ("*" if r.score_noise else ""))
-    rows.append("predicted: made before the run, from each draft replayed over the target's own pilot completion and "
+    rows.append("predicted: made before the run, from each draft replayed over the target's own pilot completions and "
                 "the scoring costs measured before it (the choices below)")
     rows.append("model check (run's alpha, run's costs): Theorem 3.8 with the run's own alpha, c and scoring cost; "
                 "it checks the model's algebra, not a prediction")
@@ -364,9 +380,9 @@ def table(results: list[Run]) -> str:
     chosen = [r for r in results if r.why_K]
     if chosen:
         rows.append("")
-        rows.append("K per draft, and its prediction before the run: each draft replayed over the target's own pilot "
-                    "completion (specref.apps.pilot: its acceptance at each position and depth, and c) with this "
-                    "CPU's scoring costs (--K forces one):")
+        rows.append(f"K per draft, and its prediction before the run: each draft replayed over the target's own pilot "
+                    f"completions ({PILOT_SAMPLES} sampled at successive seeds, or the greedy one; specref.apps.pilot: "
+                    f"its acceptance at each position and depth, and c) with this CPU's scoring costs (--K forces one):")
         for r in chosen:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_K}")
@@ -390,7 +406,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     and the model check (`Run.model_check`, from the run's own alpha and costs).
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
-    (`choose_K_replayed`, from the draft replayed over the pilot's text, `pilot_completion`, and `costs`,
+    (`choose_K_replayed`, from the draft replayed over the pilot's texts, `pilot_texts`, and `costs`,
     the scoring costs: measured now with `scoring_costs` if not given), and then also a tree
     (`choose_tree_replayed`): a tree row follows the chain's where one pays.  The replay predicts
     token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1",
@@ -409,14 +425,16 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
         fill_model_check(base, base)
         log(f"\n[{len(base.tokens)} tokens, {base.stats.ms_per_token:.1f} ms/token]")
         results.append(base)
-        text = None  # the pilot's completion, made once per setting where a K is to be chosen
+        texts = None  # the pilot's completions (`pilot_texts`), made once per setting where a K is to be chosen
         for name in draft_names:
             why, k, choice = "--K", K, None
             if K is None:
-                if text is None:
-                    text = pilot_completion(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
-                replayed = replay_draft(model, prompt_ids, text.tokens, text.stats, demo_draft(model, prompt_ids, name),
-                                        name, temperature, top_p, seed)
+                if texts is None:
+                    log(f"pilot: the target's own completion{'s' if temperature else ''} of the prompt, {label} ...")
+                    texts = pilot_texts(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
+                replays = [replay_draft(model, prompt_ids, text.tokens, text.stats, demo_draft(model, prompt_ids, name),
+                                        name, temperature, top_p, seed) for text in texts]
+                replayed = functools.reduce(lambda a, b: a.add(b), replays)
                 choice = choose_K_replayed(replayed, costs)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")

@@ -113,3 +113,29 @@ def test_a_run_with_K_or_tree_given_has_no_prediction_and_says_so(monkeypatch, K
     assert "no a-priori prediction" in demo.verdicts(results)[-1]
     if tree is not None:  # the chain before it was chosen by a pilot and has its prediction
         assert results[1].apriori == pytest.approx(pilot.best_K(fake_replay(), PILOT_DRAFT_MS / DECODE_MS, COSTS)[1])
+
+
+@pytest.mark.parametrize("temperature, top_p, samples", [(0.0, None, 1), (0.8, 0.95, demo.PILOT_SAMPLES)])
+def test_a_sampled_setting_pools_several_pilot_completions_and_greedy_takes_one(monkeypatch, temperature, top_p,
+                                                                                 samples):
+    """One sampled pilot answer may copy its prompt far more or less than the run's: the demo's pilot pools
+    PILOT_SAMPLES completions at successive seeds for a sampled setting, and each draft's choice is made on all of
+    them (the pooled replay); a greedy completion is the same at every seed, so it takes one."""
+    seeds, replayed = [], []
+    monkeypatch.setattr(demo, "generate", fake_generate(0.3, [[0.2, 0.1, 0.0, 0.0]]))
+    monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
+    monkeypatch.setattr(demo, "pilot_completion", lambda model, ids, T, p, n, seed, eos=None:
+                        seeds.append(seed) or demo.Run("ArS", "-", 0, T, p, [1] * 4, stats(float("nan"), 0)))
+    monkeypatch.setattr(demo, "replay_draft", lambda *a, **k: replayed.append(1) or fake_replay())
+    chosen = []
+    monkeypatch.setattr(demo, "choose_K_replayed", lambda replay, costs: chosen.append(replay) or
+                        pilot.choose_K_replayed(replay, costs))
+    demo.run_workloads(None, [1, 2, 3], [(temperature, top_p)], ["prompt-lookup"], None, 8, 5, log=lambda *a: None,
+                       costs=COSTS)
+    assert seeds == [5 + i for i in range(samples)] and len(replayed) == samples
+    assert chosen[0].tokens == samples * fake_replay().tokens  # the choice saw every completion, pooled
+
+
+def test_the_pilot_refuses_no_completions():
+    with pytest.raises(ValueError, match="samples must be at least 1, got 0"):
+        demo.pilot_texts(None, [1], 0.8, 0.95, 8, 0, samples=0)
