@@ -107,6 +107,34 @@ def plausible_score_cost(measured: float) -> tuple[float, bool]:
     return max(m, 1.0), m < 1.0
 
 
+def scoring_cost_curve(measured) -> list[float]:
+    """The costs to predict with of scoring k + 1 tokens in one call, k = 1..n, from the measured ratios in that
+    order: each at least 1 (`plausible_score_cost`) and at least the one before it.  A call that scores more
+    tokens does all the work of one that scores fewer, so a measured dip (6 tokens timed cheaper than 5) is
+    timing noise, and the larger cost is used: noise never prices a longer call below a shorter one."""
+    out: list[float] = []
+    for m in measured:
+        cost = plausible_score_cost(m)[0]
+        out.append(max(cost, out[-1]) if out else cost)
+    return out
+
+
+def tree_cost_curve(chain, tree: dict) -> list[float]:
+    """The costs to predict with of scoring a tree of N nodes after its root, N = 1..len(chain): the chain of
+    N + 1 tokens' (`chain`, from `scoring_cost_curve`), or the tree's own measured cost where that is higher
+    (`tree`: N -> measured ratio at a few sizes, linear between them, none outside them), since a tree call
+    also builds and applies its mask.  Non-decreasing, like `scoring_cost_curve`."""
+    measured = {int(n): ratio for n, ratio in tree.items()}  # keys may be strings, as stored in JSON
+    sizes = sorted(measured)
+    ratios = [plausible_score_cost(measured[n])[0] for n in sizes]
+    out: list[float] = []
+    for N, cost in enumerate(chain, start=1):
+        if sizes and sizes[0] <= N <= sizes[-1]:
+            cost = max(cost, float(np.interp(N, sizes, ratios)))
+        out.append(max(cost, out[-1]) if out else cost)
+    return out
+
+
 def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
     """walltime_improvement_measured with costs read off one measured run: c = draft_call /
     base_call and score_cost = target_call / base_call (at least 1: `plausible_score_cost`),

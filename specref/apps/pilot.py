@@ -324,7 +324,8 @@ def choose_tree_replayed(replay: Replay, drawing: str, costs: list[float], chain
 
 def best_tree(profile, drawing: str, c: float, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
     """The tree of `tree_shapes()` that `speedup.tree_walltime_improvement` predicts fastest from chances by rank
-    at each depth (`profile`), c and the scoring costs (a tree of N nodes priced as scoring N + 1 tokens)."""
+    at each depth (`profile`), c and the scoring costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve`
+    prices it where the tree's own cost was measured, else a chain of N + 1 tokens)."""
     profile = profile or [0.0]
     best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
         Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))

@@ -17,6 +17,7 @@ from specref.apps.humaneval import runner  # run_methods makes its drafts with r
 from specref.apps.humaneval.choices import GREEDY, NUCLEUS, PILOT_PROBLEMS, pilot_problems
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, check_completion,
                                              load_problems, parse_problems, program_text, truncate_at_stop)
+from specref.trees import Tree
 from specref.apps.humaneval import report as he_report
 from specref.apps.humaneval.report import (REQUIRED_ROW_FIELDS, add_bench_model_check, difference_interval, parity,
                                            summarize, wilson_interval)
@@ -369,6 +370,18 @@ def test_bench_model_check_uses_the_measured_scoring_cost():
     # calls that drafted nothing cost a decode step and yield one token; a length the bench did not measure: none
     assert rows[3]["model_check_speedup_bench"] == pytest.approx((0.75 + 0.25 * 1.9375) / (0.75 + 0.25 * 2.04))
     assert rows[4]["model_check_speedup_bench"] is None
+
+
+def test_bench_model_check_prices_a_tree_as_the_choices_did():
+    # a tree of 5 nodes: the chain of 6 tokens timed cheaper than 5 (noise: priced at 1.30), the trees of 4 and 8
+    # measured at 1.26 and 1.50 (1.32 between them): the tree's own cost, the higher
+    costs = {"score_ratio": {"1": 1.0, "2": 1.2, "3": 1.22, "4": 1.30, "5": 1.24, "6": 1.40, "7": 1.44, "8": 1.51},
+             "tree_score_ratio": {"4": 1.26, "8": 1.50}}
+    profile = [[0.5, 0.1, 0.05]]
+    rows = [{"draft": "neural", "K": 5, "tree": "3+2", "tree_profile": profile, "alpha": 0.6, "c": 0.03}]
+    add_bench_model_check(rows, costs)
+    assert rows[0]["model_check_speedup_bench"] == pytest.approx(
+        speedup.tree_walltime_improvement(Tree.parse("3+2").parents, profile, 0.03, 1.32))
 
 
 def test_bench_model_check_treats_a_scoring_cost_below_one_as_one():

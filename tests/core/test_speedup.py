@@ -182,3 +182,21 @@ def test_alpha_needed_is_the_break_even_of_the_best_gamma():
     assert speedup.alpha_needed(0.1, [1.59]) == pytest.approx(0.69, abs=1e-8)
     assert speedup.alpha_needed(0.0, [0.9]) == 0.0                # cheaper than a decode step: any alpha
     assert speedup.alpha_needed(1.0, [3.0, 4.0]) == float("inf")  # every call costs more than it can yield
+
+
+def test_a_measured_dip_in_scoring_costs_is_priced_as_noise():
+    # 6 tokens timed cheaper than 5 (as on the Xeon 6/167: 1.24 against 1.30) and a ratio below 1 are noise
+    assert speedup.scoring_cost_curve([0.95, 1.20, 1.30, 1.24, 1.40]) == [1.0, 1.20, 1.30, 1.30, 1.40]
+    assert speedup.scoring_cost_curve([]) == []
+    with pytest.raises(ValueError, match="positive finite ratio"):
+        speedup.scoring_cost_curve([1.1, 0.0])
+
+
+def test_a_tree_is_priced_at_its_own_measured_cost_where_that_is_higher():
+    chain = speedup.scoring_cost_curve([1.0, 1.2, 1.22, 1.30, 1.30, 1.40, 1.44, 1.51])
+    tree = speedup.tree_cost_curve(chain, {"4": 1.26, "8": 1.50, "16": 1.87})  # as stored in JSON
+    assert tree[:4] == chain[:4]                        # below the smallest tree measured, and where the chain costs more
+    assert tree[4] == pytest.approx(1.32)               # 5 nodes: between the trees of 4 and 8, above the chain's 1.30
+    assert tree[5] == pytest.approx(1.40)               # 6 nodes: the chain's 1.40 is higher than the trees' 1.38
+    assert all(b >= a for a, b in zip(tree, tree[1:]))
+    assert speedup.tree_cost_curve(chain, {}) == chain  # no tree measured: the chain of N + 1 tokens

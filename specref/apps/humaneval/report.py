@@ -151,12 +151,16 @@ def add_bench_model_check(rows: list[dict], costs: dict | None) -> None:
     """Add model_check_speedup_bench to each SpS row whose every draft length the bench measured (see the package
     docstring): the model check with the bench's scoring costs, measured before the run, and the row's own alpha and c
     (so it is not a prediction either); a tree row's with the bench's cost of scoring its N nodes (a tree of N if
-    measured, else a chain of N + 1)."""
+    measured, else a chain of N + 1), priced as the choices were (`speedup.scoring_cost_curve`, `tree_cost_curve`)."""
     if costs is None:
         return
+    score = {int(k): v for k, v in costs["score_ratio"].items()}  # keys are strings once stored as JSON
+    curve = dict(zip(sorted(score), speedup.scoring_cost_curve([score[k] for k in sorted(score)])))
+    tree = {int(n): v for n, v in costs.get("tree_score_ratio", {}).items()}
+    tree_curve = dict(zip(sorted(score), speedup.tree_cost_curve(list(curve.values()), tree)))
     for row in rows:
         if row.get("tree"):
-            ratio = costs.get("tree_score_ratio", {}).get(row["K"], costs["score_ratio"].get(row["K"]))
+            ratio = tree_curve.get(row["K"], tree.get(row["K"]))
             c = row.get("c")
             ok = ratio is not None and c is not None and math.isfinite(c)
             row["model_check_speedup_bench"] = speedup.tree_walltime_improvement(
@@ -164,7 +168,7 @@ def add_bench_model_check(rows: list[dict], costs: dict | None) -> None:
                 speedup.plausible_score_cost(ratio)[0]) if ok else None
             continue
         drafted = row.get("calls_by_drafted") or []
-        ratios = [1.0 if k == 0 else costs["score_ratio"].get(k) for k in range(len(drafted))]
+        ratios = [1.0 if k == 0 else curve.get(k) for k in range(len(drafted))]
         c = row.get("c")
         if row["draft"] is None or not drafted or any(r is None for r, n in zip(ratios, drafted) if n) or c is None \
                 or not all(math.isfinite(v) for v in (row["alpha"], c)):
