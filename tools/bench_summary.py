@@ -68,6 +68,10 @@ ROWS = {
         idle=["bench_xeon85_2026-11-28_coretype_haswell.txt"], busy=[], torch=[], hf=[]),
     "Xeon family 6 model 167": dict(
         idle=["bench_xeon167_2026-11-29_a.txt", "bench_xeon167_2026-11-29_b.txt"], busy=[], torch=[], hf=[]),
+    "Xeon family 6 model 167, a later hour, OPENBLAS_CORETYPE=Haswell": dict(
+        idle=["bench_xeon167_2026-11-29_coretype_haswell.txt"], busy=[], torch=[], hf=[]),
+    "Xeon family 6 model 167, the same run's child, OPENBLAS_CORETYPE unset": dict(
+        idle=["bench_xeon167_2026-11-29_coretype_haswell.txt:unset"], busy=[], torch=[], hf=[]),
 }
 
 _TXT = {"decode": r"decode step \(ms/token\)\s+([\d.]+)", "floor": r"decode / floor\s+([\d.]+)",
@@ -75,8 +79,12 @@ _TXT = {"decode": r"decode step \(ms/token\)\s+([\d.]+)", "floor": r"decode / fl
 
 
 def bench_run(name: str) -> dict:
-    """decode ms, decode / floor, scoring 5 and 9 tokens in decode steps, from one kept `bench` run."""
+    """decode ms, decode / floor, scoring 5 and 9 tokens in decode steps, from one kept `bench` run; NAME:unset
+    reads the costs its child process measured with OPENBLAS_CORETYPE unset (the kernels' comparison)."""
+    name, _, part = name.partition(":")
     path = DIR / name
+    if part == "unset":
+        return _unset_column(path)
     if path.suffix == ".json":
         d = json.loads(path.read_text())
         return {"decode": d["decode_ms_per_token"], "floor": d["decode_over_stream"],
@@ -87,6 +95,21 @@ def bench_run(name: str) -> dict:
         if found is None:
             raise ValueError(f"{path}: no line matching {pattern!r}: is it the output of python3 -m specref bench?")
         out[key] = float(found[1])
+    return out
+
+
+def _unset_column(path: Path) -> dict:
+    """The second column of the comparison `bench` prints when OPENBLAS_CORETYPE forces the kernels."""
+    text = path.read_text()
+    head = text.find("OpenBLAS kernels: OPENBLAS_CORETYPE=")
+    if head < 0:
+        raise ValueError(f"{path}: no comparison of OpenBLAS kernels (bench prints one when OPENBLAS_CORETYPE is set)")
+    out = {}
+    for key, pattern in _TXT.items():
+        found = re.search(pattern + r"\s+([\d.]+)", text[head:])
+        if found is None:
+            raise ValueError(f"{path}: the kernels' comparison has no line matching {pattern!r}")
+        out[key] = float(found[2])
     return out
 
 
