@@ -466,11 +466,12 @@ print(demo.table(results))
 # all is what the network never saw. So this cell runs four prompts: two whose answers copy their prompt, one
 # whose answer is new code, and one that asks for prose. It runs them at temperature 0.8 and top-p 0.95, several
 # seeds each, exactly as `python3 -m specref demo` runs one: ArS, then a pilot (the target completes the prompt
-# alone, and the draft is replayed over that text) that chooses $K$, or a tree where one pays, and predicts the
+# alone at `demo.PILOT_SAMPLES` seeds, and the draft is replayed over those texts) that chooses $K$, or a tree where
+# one pays, and predicts the
 # speedup **before** the SpS run, from the pilot's $\alpha$ and $c$ and the scoring costs measured once at the
 # start of the cell (`demo.run_workloads`). The measured speedup is ArS's time per token over SpS's in the same
 # seed's runs. Each seed samples a different answer, so the spread over seeds is the text's as much as the
-# timer's: the cell gives the median and the range of each, and names the CPU. A pilot reads one sampled answer
+# timer's: the cell gives the median and the range of each, and names the CPU. A pilot reads a few sampled answers
 # and the run samples another, so a prediction for one seed can miss that seed's run either way; the medians are
 # what to compare.
 #
