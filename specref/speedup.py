@@ -119,20 +119,31 @@ def scoring_cost_curve(measured) -> list[float]:
     return out
 
 
-def tree_cost_curve(chain, tree: dict) -> list[float]:
-    """The costs to predict with of scoring a tree of N nodes after its root, N = 1..len(chain): the chain of
-    N + 1 tokens' (`chain`, from `scoring_cost_curve`), or the tree's own measured cost where that is higher
-    (`tree`: N -> measured ratio at a few sizes, linear between them, none outside them), since a tree call
-    also builds and applies its mask.  Non-decreasing, like `scoring_cost_curve`."""
+def tree_cost_curve(chain, tree: dict, nodes=None) -> list[float]:
+    """The costs to predict with of scoring a tree of N nodes after its root, for N in `nodes` (increasing;
+    default 1..len(chain)): the chain of N + 1 tokens' (`chain`, from `scoring_cost_curve`, one per N), or the
+    tree's own measured cost where that is higher (`tree`: N -> measured ratio at a few sizes, linear between
+    them, none outside them), since a tree call also builds and applies its mask.  Non-decreasing, like
+    `scoring_cost_curve`."""
     measured = {int(n): ratio for n, ratio in tree.items()}  # keys may be strings, as stored in JSON
     sizes = sorted(measured)
     ratios = [plausible_score_cost(measured[n])[0] for n in sizes]
     out: list[float] = []
-    for N, cost in enumerate(chain, start=1):
+    for N, cost in zip(range(1, len(chain) + 1) if nodes is None else nodes, chain):
         if sizes and sizes[0] <= N <= sizes[-1]:
             cost = max(cost, float(np.interp(N, sizes, ratios)))
         out.append(max(cost, out[-1]) if out else cost)
     return out
+
+
+def priced_costs(score_ratio: dict, tree_score_ratio: dict | None = None) -> tuple[dict, dict]:
+    """({K: cost of scoring K + 1 tokens}, {N: cost of scoring a tree of N nodes}) to predict with, from the
+    measured ratios by K and by N (`specref.apps.costs.measure_costs`; keys may be strings, as stored in JSON):
+    `scoring_cost_curve` over the measured Ks in order, and `tree_cost_curve` on it for N = K."""
+    score = {int(k): ratio for k, ratio in score_ratio.items()}
+    ks = sorted(score)
+    chain = scoring_cost_curve([score[k] for k in ks])
+    return dict(zip(ks, chain)), dict(zip(ks, tree_cost_curve(chain, tree_score_ratio or {}, ks)))
 
 
 def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):

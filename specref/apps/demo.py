@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import codecs
-import functools
 import sys
 import time
 from dataclasses import dataclass, field
@@ -432,9 +431,9 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
                 if texts is None:
                     log(f"pilot: the target's own completion{'s' if temperature else ''} of the prompt, {label} ...")
                     texts = pilot_texts(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
-                replays = [replay_draft(model, prompt_ids, text.tokens, text.stats, demo_draft(model, prompt_ids, name),
-                                        name, temperature, top_p, seed) for text in texts]
-                replayed = functools.reduce(lambda a, b: a.add(b), replays)
+                replayed = pilot.Replay.pooled([replay_draft(model, prompt_ids, text.tokens, text.stats,
+                                                             demo_draft(model, prompt_ids, name), name, temperature,
+                                                             top_p, seed) for text in texts])
                 choice = choose_K_replayed(replayed, costs)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")

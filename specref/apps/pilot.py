@@ -36,6 +36,7 @@ a chain of k_max drafts: a call that accepts a copied run skips the positions in
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 
@@ -100,6 +101,13 @@ class Replay:
                       self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
                       self.rows + other.rows, self.decode_seconds + other.decode_seconds,
                       self.decode_steps + other.decode_steps)
+
+    @staticmethod
+    def pooled(replays: "list[Replay]") -> "Replay":
+        """One draft's replays over several completions, pooled into one (`add`); ValueError for none."""
+        if not replays:
+            raise ValueError("no replay to pool: the pilot read no completion")
+        return functools.reduce(Replay.add, replays)
 
 
 def call_mass(accept: np.ndarray, drafted: np.ndarray) -> np.ndarray:  # [L, >= k], [L] -> [L]

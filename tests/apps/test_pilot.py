@@ -153,5 +153,9 @@ def test_pooled_replays_measure_c_against_the_mean_decode_step_of_every_pilot_te
     two = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1,
                        decode_seconds=3.0, decode_steps=1)
     assert one.add(two).c == pytest.approx(0.1) and two.add(one).c == pytest.approx(0.1)
+    assert pilot.Replay.pooled([one, two, one]).c == one.add(two).add(one).c  # the commands pool this way
+    assert pilot.Replay.pooled([one]) is one
+    with pytest.raises(ValueError, match="no replay to pool"):
+        pilot.Replay.pooled([])
     with pytest.raises(ValueError, match="no decode step"):
         _ = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1).c

@@ -200,3 +200,9 @@ def test_a_tree_is_priced_at_its_own_measured_cost_where_that_is_higher():
     assert tree[5] == pytest.approx(1.40)               # 6 nodes: the chain's 1.40 is higher than the trees' 1.38
     assert all(b >= a for a, b in zip(tree, tree[1:]))
     assert speedup.tree_cost_curve(chain, {}) == chain  # no tree measured: the chain of N + 1 tokens
+    # as the commands price a run's measured costs: by K and N, keys as JSON stores them
+    by_k, by_n = speedup.priced_costs({str(k): c for k, c in enumerate([1.0, 1.2, 1.22, 1.30, 1.24], 1)},
+                                      {"4": 1.26, "8": 1.50})
+    assert by_k == {1: 1.0, 2: 1.2, 3: 1.22, 4: 1.30, 5: 1.30}
+    assert by_n[4] == 1.30 and by_n[5] == pytest.approx(1.32)
+    assert speedup.priced_costs({4: 2.0}) == ({4: 2.0}, {4: 2.0})  # a K measured alone is priced at its own N

@@ -66,8 +66,8 @@ def pilot_problems(problems: list[Problem]) -> list[Problem]:
 def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict]:
     """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree", "predicted_K", "predicted_tree"}: K and a
     tree (None where none pays) per draft and setting, chosen before the run (`demo.choose_K_replayed`,
-    `demo.choose_tree_replayed`) from the run's measured scoring costs (`speedup.scoring_cost_curve`, and for trees
-    `speedup.tree_cost_curve`) and each draft replayed over the pilot's text
+    `demo.choose_tree_replayed`) from the run's measured scoring costs (as `speedup.priced_costs` prices them) and
+    each draft replayed over the pilot's text
     (`specref.apps.pilot`): the target's own completions of PILOT_PROBLEMS problems spread over the run's
     (`pilot_problems`), sampled by ArS with
     the run's warp, length and stop rule at seed + demo.PILOT_SEED, with the speedups those choices predict
@@ -75,9 +75,8 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
     results file and reused on resume (the costs measured again on resume do not change it: its rows are stored
     under the K and tree it chose).  A choice stored before its predictions were (an older results file) has
     predicted_K and predicted_tree None: its rows then have no a-priori prediction, and say why."""
-    score = {int(K): v for K, v in costs["score_ratio"].items()}
-    scoring = speedup.scoring_cost_curve([score[K] for K in sorted(score)])
-    tree_scoring = speedup.tree_cost_curve(scoring, costs.get("tree_score_ratio", {}))
+    chain, tree = speedup.priced_costs(costs["score_ratio"], costs.get("tree_score_ratio"))
+    scoring, tree_scoring = [chain[K] for K in sorted(chain)], [tree[N] for N in sorted(tree)]  # K, N = 1, 2, ...
     problems = pilot_problems(bench.problems)
     out = {}
     for temperature, top_p in (NUCLEUS, GREEDY):
@@ -95,13 +94,13 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                     bench.log(f"pilot, {setting}: the target's own completions of {len(problems)} problems ...")
                     texts = [_pilot_text(bench, problem, temperature, top_p) for problem in problems]
                 bench.log(f"pilot, {setting}: replaying {d} over them ...")
-                replayed = None
-                for problem, text in zip(problems, texts):
-                    draft = by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id), NGRAM_ORDER,
-                                    lookup_n(bench.args), neural=lambda: shipped_draft(bench.model))
-                    one = demo.replay_draft(bench.model, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
-                                            text.stats, draft, d, temperature, top_p, bench.args.seed)
-                    replayed = one if replayed is None else replayed.add(one)
+                replayed = pilot.Replay.pooled([
+                    demo.replay_draft(bench.model, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
+                                      text.stats, by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id),
+                                                          NGRAM_ORDER, lookup_n(bench.args),
+                                                          neural=lambda: shipped_draft(bench.model)),
+                                      d, temperature, top_p, bench.args.seed)
+                    for problem, text in zip(problems, texts)])
                 k = demo.choose_K_replayed(replayed, scoring)
                 t = demo.choose_tree_replayed(replayed, tree_drawing(d, temperature), tree_scoring, k)
                 bench.record({"key": key, "task_id": "choice", "K": k.K, "why_K": k.why(),

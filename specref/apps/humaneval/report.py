@@ -151,13 +151,11 @@ def add_bench_model_check(rows: list[dict], costs: dict | None) -> None:
     """Add model_check_speedup_bench to each SpS row whose every draft length the bench measured (see the package
     docstring): the model check with the bench's scoring costs, measured before the run, and the row's own alpha and c
     (so it is not a prediction either); a tree row's with the bench's cost of scoring its N nodes (a tree of N if
-    measured, else a chain of N + 1), priced as the choices were (`speedup.scoring_cost_curve`, `tree_cost_curve`)."""
+    measured, else a chain of N + 1), priced as the choices were (`speedup.priced_costs`)."""
     if costs is None:
         return
-    score = {int(k): v for k, v in costs["score_ratio"].items()}  # keys are strings once stored as JSON
-    curve = dict(zip(sorted(score), speedup.scoring_cost_curve([score[k] for k in sorted(score)])))
-    tree = {int(n): v for n, v in costs.get("tree_score_ratio", {}).items()}
-    tree_curve = dict(zip(sorted(score), speedup.tree_cost_curve(list(curve.values()), tree)))
+    curve, tree_curve = speedup.priced_costs(costs["score_ratio"], costs.get("tree_score_ratio"))
+    tree = {int(n): v for n, v in costs.get("tree_score_ratio", {}).items()}  # sizes beyond the chains' (16)
     for row in rows:
         if row.get("tree"):
             ratio = tree_curve.get(row["K"], tree.get(row["K"]))

@@ -5,8 +5,8 @@ Chains ("token", "block": `mrs.verify`'s contract) and trees ("tree-topk", "tree
 Everything particular to one shape of call lives in its part, `chain` or `tree` (`part(algorithm)`), under
 the same names in both: the known bugs its checks are measured on (`known_bugs`) and its diagnosis names
 (`diagnosed`), the bug a failing edge check is the signature of (`edge_bug`), the exact laws of a run's checks
-(`check_laws`), which known bugs a run of given sizes catches (`caught`), and the checks themselves.  Here also: at which sampling
-parameters the known bugs were sized (`sized_at`).
+(`check_laws`), which known bugs a run of given sizes catches (`caught`), and the checks themselves.  Here also:
+at which sampling parameters the known bugs were sized (`sized_at`).
 """
 
 from __future__ import annotations
