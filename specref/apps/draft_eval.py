@@ -81,8 +81,10 @@ def nucleus_rows(h: np.ndarray, head: np.ndarray, lse: np.ndarray, where: np.nda
     return {"nuc_ptr": np.asarray(ptr, np.int64), "nuc_tok": np.concatenate(toks), "nuc_p": np.concatenate(ps)}
 
 
-def load_eval_data(model, root: pathlib.Path, problems, log=print, n_prompts: int | None = None) -> dict:
-    """The held-out set for the first n_prompts HumanEval problems (all by default), made once and cached."""
+def load_eval_data(model, root: pathlib.Path, problems, log=print, n_prompts: int | None = None,
+                   features=()) -> dict:
+    """The held-out set for the first n_prompts HumanEval problems (all by default), made once and cached; with
+    the target's other layers' `features` ("feat") if given (made by `specref.apps.draft_features`)."""
     n = len(problems) if n_prompts is None else n_prompts
     if not 1 <= n <= len(problems):
         raise ValueError(f"n_prompts = {n_prompts}: expected 1 to {len(problems)} HumanEval prompts")
@@ -94,7 +96,11 @@ def load_eval_data(model, root: pathlib.Path, problems, log=print, n_prompts: in
         path.parent.mkdir(parents=True, exist_ok=True)
         write_npz(path, make_eval_data(model, prompts, log))
     with np.load(path) as z:
-        return {k: z[k] for k in z.files}
+        data = {k: z[k] for k in z.files}
+    if features:
+        from specref.apps.draft_features import load_features
+        data["feat"] = load_features([path], features)
+    return data
 
 
 def starts(data: dict, ahead: int) -> np.ndarray:
@@ -138,13 +144,22 @@ def alphas(chain: Chain, data: dict, HN: np.ndarray, kept: np.ndarray, aheads=(1
     return out
 
 
+def with_features(data: dict, i: np.ndarray, state: np.ndarray) -> np.ndarray:  # [m], [m, d] -> [m, (1 + f) d]
+    """The draft's input h besides the token: the state, then, if the data keeps them ("feat",
+    `specref.apps.draft_features`), the target's other layers at position i, the last one it scored."""
+    if "feat" not in data:
+        return state
+    return np.concatenate([state, data["feat"][i].astype(np.float32)], 1)
+
+
 def mlp_chain(params: dict, E: np.ndarray) -> Chain:
-    """The chain of `specref.smollm2.draft`'s network: s~ = f(state, e(x)) step after step."""
+    """The chain of `specref.smollm2.draft`'s network: s~ = f(state, e(x)) step after step (with the features
+    of the start position, if the data has them)."""
     from specref.smollm2.draft import net_forward
 
     def chain(data, i, ahead):
         state = data["h"][i].astype(np.float32)
         for j in range(1, ahead + 1):
-            state = net_forward(params, state, E[data["tok"][i + j]])[0]
+            state = net_forward(params, with_features(data, i, state), E[data["tok"][i + j]])[0]
             yield state
     return chain

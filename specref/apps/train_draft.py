@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from specref.apps import options
+from specref.apps.draft_eval import with_features
 from specref.apps.draft_data import load_shards, make_data, write_npz
 from specref.files import replacing
 from specref.smollm2 import draft as nd
@@ -61,6 +62,7 @@ class Config:
     tv_weight: float = 1.0
     ridge_init: bool = True  # start A, b from ridge regression (False: from zero, to see training work)
     data_positions: int = 0  # 0: the standard-library data above; N: the first N training positions at scale
+    features: tuple = ()  # target blocks whose residual the draft also reads (EAGLE-3; needs data_positions)
 
     def data_key(self) -> str:
         """The data directory's key: the counts are not in it, since a shard's content does not depend
@@ -70,7 +72,10 @@ class Config:
         return _digest({"rng": "per completion", **{f: getattr(self, f) for f in fields}})
 
     def run_key(self) -> str:
-        return _digest(asdict(self))
+        d = asdict(self)
+        if not d["features"]:
+            del d["features"]                     # the key of a plain draft's run, as before features existed
+        return _digest(d)
 
 
 QUICK = Config(tf_sequences=6, gen_sequences=6, held_out_sequences=4, max_new=24, seq_len=128,
@@ -103,17 +108,18 @@ RIDGE_CHUNK = 200_000  # rows of the ridge initialisation's design matrix held a
 
 
 def ridge(data: dict, E: np.ndarray, lam: float = 0.01) -> tuple[np.ndarray, np.ndarray]:
-    """Least squares with a ridge penalty lam * n: [s_{i-1}, e(x_i), 1] -> s_i.
+    """Least squares with a ridge penalty lam * n: [s_{i-1}, (features_{i-1},) e(x_i), 1] -> s_i.
 
     X'X and X'Y are summed over chunks of RIDGE_CHUNK rows, so memory stays bounded at any data size (all of X
     in float64 is 18 GB at 2 000 000 positions)."""
     i = chains(data, 1)
     d = data["h"].shape[1]
-    G, XY = np.zeros((2 * d + 1, 2 * d + 1)), np.zeros((2 * d + 1, d))
+    n_in = d + with_features(data, i[:1], data["h"][i[:1]].astype(np.float32)).shape[1]
+    G, XY = np.zeros((n_in + 1, n_in + 1)), np.zeros((n_in + 1, d))
     for a in range(0, len(i), RIDGE_CHUNK):
         k = i[a:a + RIDGE_CHUNK]
-        X = np.concatenate([data["h"][k].astype(np.float32), E[data["tok"][k + 1]],
-                            np.ones((len(k), 1), np.float32)], 1).astype(np.float64)   # [chunk, 2d + 1]
+        X = np.concatenate([with_features(data, k, data["h"][k].astype(np.float32)), E[data["tok"][k + 1]],
+                            np.ones((len(k), 1), np.float32)], 1).astype(np.float64)   # [chunk, n_in + 1]
         G += X.T @ X
         XY += X.T @ data["h"][k + 1].astype(np.float64)                                 # [2d + 1, d]
     G[np.diag_indices_from(G)] += lam * len(i)
@@ -158,7 +164,7 @@ def held_out_alpha(params: dict, held: dict, E: np.ndarray, HN: np.ndarray, ahea
     i = i[held["kind"][i + ahead] == 1]                             # positions of sampled tokens
     state = held["h"][i].astype(np.float32)
     for j in range(1, ahead + 1):
-        state = nd.net_forward(params, state, E[held["tok"][i + j]])[0]
+        state = nd.net_forward(params, with_features(held, i, state), E[held["tok"][i + j]])[0]
     total = 0.0
     for a in range(0, len(i), 512):
         p = nd.softmax(state[a:a + 512] @ HN)
@@ -175,10 +181,11 @@ def train(config: Config, data: dict, held: dict, E: np.ndarray, HN: np.ndarray,
         params, opt, history = load_checkpoint(checkpoint, nd.PARAM_NAMES, rng)
         log(f"resuming from step {opt.t} ({checkpoint})")
     else:
-        A, b = ridge(data, E) if config.ridge_init else (np.zeros((2 * d, d), np.float32), np.zeros(d, np.float32))
+        n_in = (2 + len(config.features)) * d                  # [s, features, e]
+        A, b = ridge(data, E) if config.ridge_init else (np.zeros((n_in, d), np.float32), np.zeros(d, np.float32))
         init = np.random.default_rng([config.seed, 8])
         params = {"A": A, "b": b,
-                  "W1": (init.standard_normal((2 * d, config.hidden)) / np.sqrt(2 * d)).astype(np.float32),
+                  "W1": (init.standard_normal((n_in, config.hidden)) / np.sqrt(n_in)).astype(np.float32),
                   "b1": np.zeros(config.hidden, np.float32), "W2": np.zeros((config.hidden, d), np.float32)}
         opt = Adam(params)
         history = [{"step": 0, "held_out_alpha": held_out_alpha(params, held, E, HN),
@@ -194,7 +201,7 @@ def train(config: Config, data: dict, held: dict, E: np.ndarray, HN: np.ndarray,
         state = data["h"][sel].astype(np.float32)
         grads, loss = None, 0.0
         for j in range(1, config.unroll + 1):      # step j starts from step j-1's prediction (not differentiated)
-            y, cache = nd.net_forward(params, state, E[data["tok"][sel + j]])
+            y, cache = nd.net_forward(params, with_features(data, sel, state), E[data["tok"][sel + j]])
             step_loss, dy, _ = nd.head_loss(y, HN, target_probs(data, sel + j, HN), config.kl_weight,
                                             config.tv_weight)
             g = nd.net_backward(params, cache, dy / config.unroll)
@@ -246,9 +253,10 @@ def load_checkpoint(path: pathlib.Path, names, rng: np.random.Generator) -> tupl
     return params, opt, json.loads(str(state["history"]))
 
 
-def scale_data(root: pathlib.Path, positions: int) -> dict[str, dict]:
+def scale_data(root: pathlib.Path, positions: int, features=()) -> dict[str, dict]:
     """{"train", "held"}: the first training positions of the data at scale (`python -m specref draft-data`),
-    `positions` of them rounded up to the end of a sequence, and its held-out shards."""
+    `positions` of them rounded up to the end of a sequence, and its held-out shards; with the target's other
+    layers' `features` ("feat", `specref.apps.draft_features`) if given."""
     from specref.apps.draft_build import BuildSpec, existing, shard_kind
     spec = BuildSpec()
     folder = root / "draft-data" / f"scale-{spec.key()}"
@@ -262,12 +270,16 @@ def scale_data(root: pathlib.Path, positions: int) -> dict[str, dict]:
         paths.append(found[0])
         made += found[1] if s >= spec.held_shards else 0
         s += 1
-    train = load_shards([p for p in paths if not p.name.startswith("held-")], in_order=True)
+    train_paths = [p for p in paths if not p.name.startswith("held-")]
+    held_paths = sorted(p for p in paths if p.name.startswith("held-"))      # load_shards' order
+    train, held = load_shards(train_paths, in_order=True), load_shards(held_paths)
+    if features:
+        from specref.apps.draft_features import load_features
+        train["feat"], held["feat"] = load_features(train_paths, features), load_features(held_paths, features)
     cut = positions
     while cut < len(train["seq"]) and train["seq"][cut] == train["seq"][cut - 1]:
         cut += 1                                  # end at a sequence boundary
-    return {"train": {k: v[:cut] for k, v in train.items()},
-            "held": load_shards([p for p in paths if p.name.startswith("held-")])}
+    return {"train": {k: v[:cut] for k, v in train.items()}, "held": held}
 
 
 def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, workers: int, log,
@@ -275,7 +287,7 @@ def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, worke
     """Data, then training; returns the draft (None if stopped early by seconds_limit)."""
     t0 = time.perf_counter()
     if config.data_positions:
-        data = scale_data(cache_root, config.data_positions)
+        data = scale_data(cache_root, config.data_positions, config.features)
     else:
         data = make_data(model, config, cache_root / "draft-data" / config.data_key(), workers, log)
     train_data, held = data["train"], data["held"]
@@ -303,7 +315,7 @@ def evaluate(model: SmolLM2, weights: nd.DraftWeights, root: pathlib.Path, n_pro
     """alpha 1, 2 and 3 steps ahead on the target's own completions of HumanEval prompts (`draft_eval`), printed."""
     from specref.apps.draft_eval import alphas, load_eval_data, mlp_chain
     from specref.apps.humaneval.problems import load_problems
-    data = load_eval_data(model, root, load_problems(progress=log), log, n_prompts)
+    data = load_eval_data(model, root, load_problems(progress=log), log, n_prompts, nd.feature_layers(weights.meta))
     head = model.weights.head_matrix()
     result = alphas(mlp_chain(weights.params, np.ascontiguousarray(head.T)), data,
                     np.ascontiguousarray(head[:, weights.kept]), weights.kept)
@@ -325,6 +337,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "`python -m specref draft-data`) instead of the small standard-library data")
     parser.add_argument("--hidden", type=options.integer(1, 65536), default=None,
                         help=f"units in the draft's SiLU layer (default {Config.hidden})")
+    parser.add_argument("--features", metavar="L,L,...", default=None,
+                        help="also feed the draft the target's residual after these blocks (EAGLE-3's inputs; "
+                             "needs --data-positions and `python -m specref.apps.draft_features` over that data)")
     parser.add_argument("--batch", type=options.integer(1, 65536), default=None,
                         help=f"examples per Adam step (default {Config.batch})")
     parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=164,
@@ -361,6 +376,14 @@ def check_args(args) -> None:
     if args.quick and args.data_positions:
         raise ValueError("argument --data-positions: not allowed with --quick (the quick configuration makes its "
                          "own small data)")
+    if args.features is not None and not args.data_positions:
+        raise ValueError("argument --features: needs --data-positions (the features are kept for the data at scale)")
+    if args.features is not None and args.install:
+        raise ValueError("argument --features: not allowed with --install (the shipped draft drafts from the last "
+                         "state alone)")
+    if args.features is not None:
+        from specref.apps.draft_features import parse_layers
+        args.features = parse_layers(args.features)       # the form here; the count once the model is loaded
     if args.out is not None and args.install:
         raise ValueError("argument --out: not allowed with --install (both name the output file; give one)")
 
@@ -369,10 +392,15 @@ def run(args) -> int:
     config = QUICK if args.quick else Config()
     chosen = {"steps": args.steps, "data_positions": args.data_positions, "hidden": args.hidden, "batch": args.batch}
     config = replace(config, seed=args.seed, **{k: v for k, v in chosen.items() if v})
+    if args.features is not None:
+        config = replace(config, features=args.features)
     root = cache_root(args.cache_dir)
     out = nd.SHIPPED_PATH if args.install else pathlib.Path(args.out) if args.out else root / "draft.npz"
     model = load_fast(cache_dir=args.cache_dir, measure=True)
     log = lambda text: print(text, flush=True)  # noqa: E731
+    if config.features and max(config.features) > model.config.n_layers:
+        print(f"error: argument --features: the target has {model.config.n_layers} blocks; got {list(config.features)}")
+        return 2
     if args.evaluate is not None:
         weights = nd.load_draft(None if args.evaluate == "shipped" else args.evaluate, model.config.vocab_size)
         result = evaluate(model, weights, root, args.eval_prompts, log)

@@ -23,6 +23,12 @@ Parameters (float32, names are the file's keys):
     W2 [H, d]                 its output (initialised to 0: training starts from the linear map)
     kept [N] int32            the kept token ids, sorted
 
+A draft trained with --features (EAGLE-3's inputs, Li et al. 2025) reads more than s_{i-1}: h is
+[s_{i-1}, the target's residual after each listed block at the last position the target has scored],
+so A and W1 have (2 + f) d rows for f layers (meta["config"]["features"]).  Those features exist only
+where the data keeps them (`specref.apps.draft_features`); `NeuralDraft` drafts from s alone and
+refuses such a draft.
+
 Training (`specref.apps.train_draft`) minimises, through the restricted head, the forward KL to the
 target's distribution plus the total variation 1 - alpha (what speculative sampling rewards: alpha =
 sum_x min(p, q) = 1 - TV).  The backward passes below are written by hand and checked against finite
@@ -136,13 +142,15 @@ def params_digest(params: dict, kept: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def check_params(params: dict, kept: np.ndarray, V: int, d: int = D_MODEL) -> None:
-    """DraftError unless every parameter has the shape the network needs and kept ids are valid."""
+def check_params(params: dict, kept: np.ndarray, V: int, d: int = D_MODEL, features: int = 0) -> None:
+    """DraftError unless every parameter has the shape the network needs (inputs of (2 + features) d) and kept ids
+    are valid."""
     missing = [n for n in PARAM_NAMES if n not in params]
     if missing:
         raise DraftError(f"draft parameters {missing} are missing")
     H = params["W1"].shape[-1] if params["W1"].ndim == 2 else -1
-    want = {"A": (2 * d, d), "b": (d,), "W1": (2 * d, H), "b1": (H,), "W2": (H, d)}
+    n_in = (2 + features) * d
+    want = {"A": (n_in, d), "b": (d,), "W1": (n_in, H), "b1": (H,), "W2": (H, d)}
     for name, shape in want.items():
         if params[name].shape != shape or H < 1:
             raise DraftError(f"draft parameter {name} has shape {params[name].shape}, expected {shape}")
@@ -167,6 +175,11 @@ def file_sha256(path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+def feature_layers(meta: dict) -> tuple[int, ...]:
+    """The target blocks whose residual a draft reads besides its last state (() for the plain draft)."""
+    return tuple(meta.get("config", {}).get("features") or ())
+
+
 def load_draft(path=None, V: int = 49152) -> DraftWeights:
     """Read a draft file and check it (the shipped one against SHIPPED_SHA256, any against its own digest)."""
     shipped = path is None
@@ -188,7 +201,7 @@ def load_draft(path=None, V: int = 49152) -> DraftWeights:
     if meta.get("format") != FORMAT or meta.get("version") != VERSION:
         raise DraftError(f"{path} is not a {FORMAT} file of version {VERSION} (found {meta.get('format')!r} "
                          f"version {meta.get('version')!r})")
-    check_params(params, kept, V)
+    check_params(params, kept, V, features=len(feature_layers(meta)))
     if params_digest(params, kept) != meta.get("params_sha256"):
         raise DraftError(f"{path} is corrupt: its parameters do not match the digest stored with them")
     return DraftWeights(params, kept, meta)
@@ -230,6 +243,10 @@ class NeuralDraft:
     def __init__(self, target, weights: DraftWeights):
         self.target = target
         self.V = target.config.vocab_size
+        if feature_layers(weights.meta):
+            raise DraftError(f"this draft reads the target's blocks {list(feature_layers(weights.meta))} besides its "
+                             "last state (trained with --features); NeuralDraft drafts from the last state alone, so "
+                             "it can only be measured (`train-draft --evaluate`), not run")
         check_params(weights.params, weights.kept, self.V, target.config.d_model)
         self.weights = weights
         self.P = {n: np.ascontiguousarray(weights.params[n], np.float32) for n in PARAM_NAMES}

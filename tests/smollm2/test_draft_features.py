@@ -1,0 +1,140 @@
+"""Several layers' features for the draft (specref.apps.draft_features, EAGLE-3's inputs) on a tiny random model.
+
+The features are the residual after the listed blocks, RMS-normalised: block by block they must equal
+what a model cut after that block gives as its final state (with a unit gain), and the pass must give
+the final state the model's own cache holds.  A shard whose stored states are not this target's is
+refused, and nothing is written for it.  A draft trained with features reads them: where the next
+state depends on them, the ridge start fits it and the plain one cannot.
+"""
+
+import argparse
+import dataclasses
+
+import numpy as np
+import pytest
+
+from specref.apps import draft_eval as de
+from specref.apps import draft_features as df
+from specref.apps import train_draft as td
+from specref.smollm2 import draft as nd
+from specref.smollm2.model import SmolLM2
+from tests.smollm2.test_draft_data import PROMPTS, tiny_model
+
+
+def with_gain(model, seed=1):
+    """The tiny model with a random output gain (its own is all ones, which would hide a missing gain)."""
+    g = np.random.default_rng(seed).uniform(0.5, 2.0, model.config.d_model).astype(np.float32)
+    return SmolLM2(dataclasses.replace(model.weights, output_norm=g), model.tokenizer)
+
+
+def cut_after(model, blocks: int):
+    """The model's first `blocks` blocks alone, with a unit output gain: its final state is norm(x after them)."""
+    w = model.weights
+    c = dataclasses.replace(w.config, n_layers=blocks)
+    return SmolLM2(dataclasses.replace(w, config=c, layers=w.layers[:blocks],
+                                       output_norm=np.ones(c.d_model, np.float32)), model.tokenizer)
+
+
+def test_features_are_each_blocks_normalised_residual_and_the_pass_gives_the_final_state():
+    model = with_gain(tiny_model(3))
+    tokens = np.array(model.tokenizer.encode(PROMPTS[0]))
+    feat, final = df.layer_states(model, tokens, (1, 2))
+    d = model.config.d_model
+    assert feat.shape == (len(tokens), 2 * d)
+    np.testing.assert_allclose(final, model.final_states(tokens, len(tokens)), rtol=0, atol=1e-5)
+    for j, blocks in enumerate((1, 2)):
+        cut = cut_after(model, blocks)
+        np.testing.assert_allclose(feat[:, j * d:(j + 1) * d], cut.final_states(tokens, len(tokens)), rtol=0, atol=1e-5)
+    # the control: block 1's features are not block 2's (a pass that kept the wrong block would be caught)
+    assert np.abs(feat[:, :d] - feat[:, d:]).max() > 0.1
+    head, _ = df.layer_states(model, tokens[:5], (1, 2))   # causal: a prefix's features are the prefix of the whole's
+    np.testing.assert_allclose(head, feat[:5], rtol=0, atol=1e-5)
+
+
+def test_a_shard_of_this_target_gets_features_and_one_of_another_is_refused(tmp_path):
+    model = tiny_model(3)
+    data = de.make_eval_data(model, [model.tokenizer.encode(p) for p in PROMPTS], log=lambda _: None, batch=2)
+    shard = tmp_path / ("gen-00000-%d.npz" % len(data["tok"]))
+    np.savez(shard, **data)
+    n, err = df.one_shard(model, shard, (1,))
+    assert n == len(data["tok"]) and err <= df.MAX_STATE_ERROR
+    feat = df.load_features([shard], (1,))
+    assert feat.shape == (n, model.config.d_model) and feat.dtype == np.float16
+    other = tiny_model(4)                                         # the control: another target's states
+    with pytest.raises(RuntimeError, match="not this target's data"):
+        df.one_shard(other, shard, (2,))
+    assert not df.feature_path(shard, (2,)).exists()
+    with pytest.raises(ValueError, match="no features features-2"):
+        df.load_features([shard], (2,))
+
+
+@pytest.mark.parametrize("text", ["", "0,3", "3,2", "2,2", "a"])
+def test_bad_layer_lists_are_refused(text):
+    with pytest.raises(ValueError, match="block numbers"):
+        df.parse_layers(text)
+    assert df.parse_layers("2,15,27") == (2, 15, 27)
+
+
+def synthetic(n=2000, d=8, V=40, seed=0):
+    """Data in which the next state is a fixed linear map of a feature that neither the state nor the token holds."""
+    rng = np.random.default_rng(seed)
+    feat = rng.standard_normal((n, d)).astype(np.float32)
+    M = rng.standard_normal((d, d)).astype(np.float32)
+    h = np.zeros((n, d), np.float32)
+    h[1:] = feat[:-1] @ M
+    E = rng.standard_normal((V, d)).astype(np.float32)
+    z = h @ E.T
+    lse = z.max(1) + np.log(np.exp(z - z.max(1, keepdims=True)).sum(1))
+    return {"h": h.astype(np.float16), "feat": feat.astype(np.float16), "tok": rng.integers(0, V, n),
+            "seq": np.repeat(np.arange(n // 100), 100), "kind": np.ones(n, np.int8), "lse": lse.astype(np.float32)}, E
+
+
+def test_a_draft_with_features_reads_them():
+    data, E = synthetic()
+    i = td.chains(data, 1)
+    A, b = td.ridge(data, E)
+    d = data["h"].shape[1]
+    assert A.shape == (3 * d, d)                                      # [s, feat, e] -> s
+    fit = de.with_features(data, i, data["h"][i].astype(np.float32)) @ A[:2 * d] + E[data["tok"][i + 1]] @ A[2 * d:] + b
+    target = data["h"][i + 1].astype(np.float32)
+    plain = {k: v for k, v in data.items() if k != "feat"}           # the control: the same data without them
+    A0, b0 = td.ridge(plain, E)
+    assert A0.shape == (2 * d, d)
+    fit0 = data["h"][i].astype(np.float32) @ A0[:d] + E[data["tok"][i + 1]] @ A0[d:] + b0
+    err, err0 = np.abs(fit - target).mean(), np.abs(fit0 - target).mean()
+    assert err < 0.1 * err0, (err, err0)
+
+
+def test_training_with_features_shapes_and_a_features_draft_is_measured_not_run(tmp_path):
+    data, E = synthetic(n=600)
+    V, d = E.shape
+    HN = np.ascontiguousarray(E.T[:, :20])
+    config = dataclasses.replace(td.QUICK, steps=3, batch=8, hidden=16, data_positions=600, features=(3,))
+    params, history = td.train(config, data, data, E, HN, tmp_path / "c.npz", log=lambda _: None)
+    assert params["A"].shape == (3 * d, d) and params["W1"].shape == (3 * d, 16) and history[-1]["step"] == 3
+    assert config.run_key() != dataclasses.replace(config, features=()).run_key()
+    assert td.Config().run_key() == td._digest({k: v for k, v in dataclasses.asdict(td.Config()).items()
+                                                 if k != "features"})   # plain runs keep their checkpoints' keys
+    d, H, rng = nd.D_MODEL, 4, np.random.default_rng(0)           # a file at the real width, one feature layer
+    shapes = {"A": (3 * d, d), "b": (d,), "W1": (3 * d, H), "b1": (H,), "W2": (H, d)}
+    weights = nd.DraftWeights({k: rng.standard_normal(v).astype(np.float32) for k, v in shapes.items()},
+                              np.arange(20), {"config": dataclasses.asdict(config)})
+    path = tmp_path / "f.npz"
+    nd.save_draft(path, weights)
+    loaded = nd.load_draft(path, V)
+    assert nd.feature_layers(loaded.meta) == (3,)
+    with pytest.raises(nd.DraftError, match="besides its last state"):
+        nd.NeuralDraft(tiny_model(3), loaded)
+
+
+def test_features_need_the_data_at_scale_and_not_the_shipped_file():
+    parser = argparse.ArgumentParser()
+    td.add_arguments(parser)
+    for argv, message in ((["--features", "2"], "needs --data-positions"),
+                          (["--features", "2", "--data-positions", "9", "--install"], "not allowed with --install"),
+                          (["--features", "2,x", "--data-positions", "9"], "block numbers")):
+        with pytest.raises(ValueError, match=message):
+            td.check_args(parser.parse_args(argv))
+    args = parser.parse_args(["--features", "2,15", "--data-positions", "9"])
+    td.check_args(args)
+    assert args.features == (2, 15)
