@@ -34,7 +34,7 @@ import numpy as np
 from specref.apps import draft_build, options
 from specref.apps.draft_data import write_npz
 from specref.smollm2.fetch import cache_root
-from specref.smollm2.model import KVCache, block, causal_mask, load_smollm2, rms_norm
+from specref.smollm2.model import KVCache, forward, load_smollm2
 
 DEFAULT_LAYERS = (2, 15, 27)  # low, middle, high of 30 blocks, as EAGLE-3 picks them (2, L/2, L - 3)
 MAX_STATE_ERROR = 2.0 ** -8  # relative; float16 rounding is 2^-11
@@ -63,20 +63,13 @@ def check_layers(layers, n_layers: int) -> tuple[int, ...]:
 
 
 def layer_states(model, tokens, layers) -> tuple[np.ndarray, np.ndarray]:  # [n] -> [n, m*d], [n, d]
-    """One teacher-forced pass over tokens: the RMS-normalised residual after each block in `layers`, and the
-    final normed state (what the target's cache keeps), both float32."""
-    c, w = model.config, model.weights
+    """One teacher-forced pass over tokens: the RMS-normalised residual after each block in `layers`
+    (`KVCache.keep_features`), and the final normed state (what the target's cache keeps), both float32."""
     n = len(tokens)
-    cache = KVCache(c, capacity=n)
-    cache.reserve(n)
-    rot, mask = model.rot[:n], (causal_mask(n) if n > 1 else None)
-    ones = np.ones(c.d_model, np.float32)
-    x, out = w.embed(np.asarray(tokens)), []
-    for i, layer in enumerate(w.layers):
-        x = block(x, layer, cache, i, rot, mask, c, model.linear, model.feed_forward)
-        if i + 1 in layers:
-            out.append(rms_norm(x, ones, c.rms_eps))
-    return np.concatenate(out, 1), rms_norm(x, w.output_norm, c.rms_eps)
+    cache = KVCache(model.config, capacity=n)
+    cache.keep_features(layers)
+    forward(np.asarray(tokens), model.weights, cache, model.rot, model.linear, model.feed_forward)
+    return cache.feat[:n], cache.h[:n]
 
 
 def shard_features(model, shard: dict, layers) -> dict:

@@ -282,6 +282,8 @@ def main(argv=None) -> int:
     parser.add_argument("--init", choices=("target", "fresh"), default=LayerTrainConfig.init)
     parser.add_argument("--seconds", type=float, default=None, help="stop (resumably) after this many seconds")
     parser.add_argument("--costs", action="store_true", help="time a draft step against a decode step and stop")
+    parser.add_argument("--features", default=None, metavar="L,L,...",
+                        help="with --costs: also time the MLP that reads these blocks of the target (EAGLE-3's inputs)")
     args = parser.parse_args(argv)
     log = lambda text: print(text, flush=True)  # noqa: E731
     root = cache_root(None)
@@ -290,7 +292,12 @@ def main(argv=None) -> int:
     config = replace(LayerTrainConfig(), positions=args.positions, steps=args.steps, init=args.init)
     model = load_smollm2(progress=lambda *a: None)
     if args.costs:
-        return costs(model, config, out_dir, log)
+        from specref.apps.draft_features import parse_layers
+        try:
+            features = parse_layers(args.features) if args.features else ()
+        except ValueError as e:
+            parser.error(f"argument --features: {e}")
+        return costs(model, config, out_dir, log, features)
     train_paths, held_paths = shard_paths(data_dir, config.positions)
     data, held = load_shards(train_paths), load_shards(held_paths)
     head = model.weights.head_matrix()
@@ -314,8 +321,9 @@ def main(argv=None) -> int:
     return 0
 
 
-def costs(model, config: LayerTrainConfig, out_dir: pathlib.Path, log) -> int:
-    """c of the trained draft layer (or of random weights of the same widths) and of the shipped MLP draft."""
+def costs(model, config: LayerTrainConfig, out_dir: pathlib.Path, log, features=()) -> int:
+    """c of the trained draft layer (or of random weights of the same widths), of the shipped MLP draft and, if
+    `features` are given, of an MLP of the shipped widths that also reads the target's blocks `features`."""
     path = out_dir / f"draft-layer-{config.key()}.npz"
     if path.is_file():
         layer = dl.load_layer_draft(path, model.config.vocab_size)
@@ -328,10 +336,18 @@ def costs(model, config: LayerTrainConfig, out_dir: pathlib.Path, log) -> int:
     prompt = model.tokenizer.encode("def add(a, b):\n    \"\"\"Return the sum of a and b.\"\"\"\n    return a + b\n\n"
                                     "def mul(a, b):\n    \"\"\"Return the product of a and b.\"\"\"\n    ")
     drafts = {"layer": dl.LayerDraft(model, layer), "mlp": nd.shipped_draft(model)}
+    if features:                                   # the MLP reading the target's other layers too (random weights)
+        shipped = nd.shipped_draft(model).weights
+        d, rng = model.config.d_model, np.random.default_rng(1)
+        n_in = (2 + len(features)) * d
+        params = dict(shipped.params, A=(rng.standard_normal((n_in, d)) * 0.02).astype(np.float32),
+                      W1=(rng.standard_normal((n_in, shipped.hidden)) * 0.02).astype(np.float32))
+        meta = {"config": dict(shipped.meta.get("config", {}), features=list(features))}
+        drafts["mlp+features"] = nd.NeuralDraft(model, nd.DraftWeights(params, shipped.kept, meta))
     for name, clock in (("wall clock", time.perf_counter), ("CPU time", time.process_time)):
         t = step_costs(model, drafts, prompt, clock=clock)
-        log(f"{name}: decode step {1e3 * t['target']:.2f} ms; draft step: layer {1e3 * t['layer']:.2f} ms (c = "
-            f"{t['layer'] / t['target']:.3f}), MLP {1e3 * t['mlp']:.2f} ms (c = {t['mlp'] / t['target']:.3f}); "
+        steps = ", ".join(f"{n} {1e3 * t[n]:.2f} ms (c = {t[n] / t['target']:.3f})" for n in drafts)
+        log(f"{name}: decode step {1e3 * t['target']:.2f} ms; draft step: {steps}; "
             f"prompt {len(prompt)} tokens, plain path, one process")
     return 0
 

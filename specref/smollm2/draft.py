@@ -25,9 +25,9 @@ Parameters (float32, names are the file's keys):
 
 A draft trained with --features (EAGLE-3's inputs, Li et al. 2025) reads more than s_{i-1}: h is
 [s_{i-1}, the target's residual after each listed block at the last position the target has scored],
-so A and W1 have (2 + f) d rows for f layers (meta["config"]["features"]).  Those features exist only
-where the data keeps them (`specref.apps.draft_features`); `NeuralDraft` drafts from s alone and
-refuses such a draft.
+so A and W1 have (2 + f) d rows for f layers (meta["config"]["features"]).  Training reads them from
+the data (`specref.apps.draft_features`); `NeuralDraft` from the target's cache, which it asks to keep
+them (`KVCache.keep_features`).
 
 Training (`specref.apps.train_draft`) minimises, through the restricted head, the forward KL to the
 target's distribution plus the total variation 1 - alpha (what speculative sampling rewards: alpha =
@@ -229,7 +229,8 @@ def target_states_for(target, tokens, k: int, V: int) -> tuple[np.ndarray, int, 
 class NeuralDraft:
     """The trained draft as a specref model: next_probs(tokens, k) -> float64 [k, V], 0 outside the kept tokens.
 
-    Row i (the distribution of token i+1) is softmax(s~_i H_N) with s~_i = f(state_{i-1}, e(x_i)):
+    Row i (the distribution of token i+1) is softmax(s~_i H_N) with s~_i = f(state_{i-1}, e(x_i))
+    (a draft with features also reads the target's features at the last position before i it has scored):
     state_{i-1} is the target's own s_{i-1} when the target has processed tokens[:i] (its cache
     agrees with the tokens there), else the draft's own prediction s~_{i-1}, chained from the last
     state the target has.  If the target holds none of the tokens, or is more than MAX_AHEAD
@@ -243,11 +244,13 @@ class NeuralDraft:
     def __init__(self, target, weights: DraftWeights):
         self.target = target
         self.V = target.config.vocab_size
-        if feature_layers(weights.meta):
-            raise DraftError(f"this draft reads the target's blocks {list(feature_layers(weights.meta))} besides its "
-                             "last state (trained with --features); NeuralDraft drafts from the last state alone, so "
-                             "it can only be measured (`train-draft --evaluate`), not run")
-        check_params(weights.params, weights.kept, self.V, target.config.d_model)
+        self.layers = feature_layers(weights.meta)
+        check_params(weights.params, weights.kept, self.V, target.config.d_model, len(self.layers))
+        if self.layers and target.cache.feature_layers != self.layers:
+            if target.cache.feature_layers:
+                raise DraftError(f"this draft reads the target's blocks {list(self.layers)}, but the target's cache "
+                                 f"keeps {list(target.cache.feature_layers)} for another draft")
+            target.cache.keep_features(self.layers)        # empties the target's cache
         self.weights = weights
         self.P = {n: np.ascontiguousarray(weights.params[n], np.float32) for n in PARAM_NAMES}
         self.kept = weights.kept
@@ -271,6 +274,8 @@ class NeuralDraft:
             else:
                 fresh = True                      # from here on every prediction is recomputed
                 h = cache.h[i - 1] if true_source else prev
+                if self.layers:                   # the features of the last position the target scored
+                    h = np.concatenate([h, cache.feat[min(i, L) - 1]])
                 s_i = net_forward(self.P, h[None], self.target.weights.embed(a[i:i + 1]))[0][0]
                 self.computed += 1
             rows.append(s_i)

@@ -147,12 +147,17 @@ class KVCache:
     (`h`, so logits of cached positions need only the head).  Capacity doubles when needed, up to
     the context length.  `rollback(n)` forgets the last n positions; `keep(positions)` moves
     positions computed beyond `length` (a tree's accepted path) into place after it.
+    After `keep_features(layers)` it also keeps `feat` [capacity, len(layers) d]: per position the
+    residual after each of those blocks (counted from 1), RMS-normalised without a gain, for a draft
+    that reads several of the target's layers (EAGLE-3's inputs).
     """
 
     def __init__(self, config: Config, capacity: int = 256):
         self.config = config
         self.length = 0
         self.capacity = 0
+        self.feature_layers: tuple[int, ...] = ()
+        self.feat = None
         self._allocate(min(capacity, config.context_length))
 
     def _allocate(self, capacity: int) -> None:
@@ -161,13 +166,25 @@ class KVCache:
         v = [np.zeros((c.n_kv_heads, capacity, c.head_dim), np.float32) for _ in range(c.n_layers)]
         h = np.zeros((capacity, c.d_model), np.float32)
         tokens = np.zeros(capacity, np.int64)
+        feat = np.zeros((capacity, len(self.feature_layers) * c.d_model), np.float32) if self.feature_layers else None
         if self.capacity:
             for new, old in zip(k, self.k):
                 new[..., :n] = old[..., :n]
             for new, old in zip(v, self.v):
                 new[:, :n] = old[:, :n]
             h[:n], tokens[:n] = self.h[:n], self.tokens[:n]
-        self.k, self.v, self.h, self.tokens, self.capacity = k, v, h, tokens, capacity
+            if feat is not None and self.feat is not None:
+                feat[:n] = self.feat[:n]
+        self.k, self.v, self.h, self.tokens, self.feat, self.capacity = k, v, h, tokens, feat, capacity
+
+    def keep_features(self, layers) -> None:
+        """Keep `feat` for the blocks `layers` (distinct, increasing, from 1) from now on; empties the cache."""
+        t = tuple(int(l) for l in layers)
+        if len(set(t)) != len(t) or list(t) != sorted(t) or any(not 1 <= l <= self.config.n_layers for l in t):
+            raise ValueError(f"layers {list(layers)}: expected distinct block numbers in increasing order, each "
+                             f"from 1 to {self.config.n_layers}")
+        self.length, self.feature_layers = 0, t
+        self._allocate(self.capacity)
 
     def reserve(self, length: int) -> None:
         """Make room for `length` positions."""
@@ -194,6 +211,8 @@ class KVCache:
             k[:, :, self.length:end] = k[:, :, p]              # [Hkv, hd, m]
             v[:, self.length:end] = v[:, p]                    # [Hkv, m, hd]
         self.tokens[self.length:end], self.h[self.length:end] = self.tokens[p], self.h[p]
+        if self.feat is not None:
+            self.feat[self.length:end] = self.feat[p]
         self.length = end
 
     def shared_prefix(self, tokens) -> int:  # [n] -> int
@@ -210,11 +229,18 @@ class KVCache:
         self.v[layer][:, self.length:end] = v.transpose(1, 0, 2)
         return self.k[layer][:, :, :end], self.v[layer][:, :end]
 
-    def commit(self, tokens, h) -> None:  # [n], [n, d]
-        """Record the n new positions' token ids and final states, and advance `length` past them."""
+    def commit(self, tokens, h, feat=None) -> None:  # [n], [n, d], [n, f d] or None
+        """Record the n new positions' token ids and final states (and features, if kept); advance `length`."""
         end = self.length + len(tokens)
         self.tokens[self.length:end], self.h[self.length:end] = tokens, h
+        if self.feat is not None:
+            self.feat[self.length:end] = feat
         self.length = end
+
+
+def features(x, c: Config):  # [n, d] -> [n, d]
+    """A block's output as `KVCache.feat` keeps it: RMS-normalised, without a gain."""
+    return rms_norm(x, np.float32(1.0), c.rms_eps)
 
 
 def block(x, layer: LayerWeights, cache: KVCache, i: int, rot, mask, config: Config, mm=linear,
@@ -257,9 +283,12 @@ def forward(tokens, weights: Weights, cache: KVCache, rot, mm=linear, ffn=swiglu
         rot_n = rot[start + trees.depths(parents)]              # [n, hd/2]
         mask = tree_mask(parents)                              # [n, n]
     x = weights.embed(tokens)                                  # [n, d]
+    taps = []                                                  # the blocks' outputs the cache keeps, if any
     for i, layer in enumerate(weights.layers):
         x = block(x, layer, cache, i, rot_n, mask, c, mm, ffn)
-    cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps))
+        if i + 1 in cache.feature_layers:
+            taps.append(features(x, c))
+    cache.commit(tokens, rms_norm(x, weights.output_norm, c.rms_eps), np.concatenate(taps, 1) if taps else None)
 
 
 def decode_batch(tokens, weights: Weights, caches: list, rot, mm=linear,
@@ -275,11 +304,14 @@ def decode_batch(tokens, weights: Weights, caches: list, rot, mm=linear,
     B = len(tokens)
     if B != len(caches) or B == 0:
         raise ValueError(f"decode_batch needs one cache per token, got {B} tokens and {len(caches)} caches")
+    if len({cache.feature_layers for cache in caches}) > 1:
+        raise ValueError("decode_batch needs caches that keep the same features (KVCache.keep_features)")
     positions = np.array([cache.length for cache in caches])                    # [B]
     for cache in caches:
         cache.reserve(cache.length + 1)
     rot_b = rot[positions]                                                      # [B, hd/2]
     x = weights.embed(np.asarray(tokens))                                       # [B, d]
+    taps = []
     for i, layer in enumerate(weights.layers):
         qkv = mm(rms_norm(x, layer.attn_norm, c.rms_eps), layer.w_qkv)         # [B, q_dim + 2 kv_dim]
         q = rope(qkv[:, :c.q_dim].reshape(B, c.n_heads, c.head_dim), rot_b)    # [B, H, hd]
@@ -289,9 +321,12 @@ def decode_batch(tokens, weights: Weights, caches: list, rot, mm=linear,
                                 for b, cache in enumerate(caches)])             # [B, H*hd]
         x = x + mm(mixed, layer.w_o)
         x = x + ffn(rms_norm(x, layer.ffn_norm, c.rms_eps), layer.w_gate_up, layer.w_down)
+        if i + 1 in caches[0].feature_layers:
+            taps.append(features(x, c))
     h = rms_norm(x, weights.output_norm, c.rms_eps)                             # [B, d]
+    feat = np.concatenate(taps, 1) if taps else None                            # [B, f d] or None
     for b, cache in enumerate(caches):
-        cache.commit(np.asarray(tokens[b:b + 1]), h[b:b + 1])
+        cache.commit(np.asarray(tokens[b:b + 1]), h[b:b + 1], None if feat is None else feat[b:b + 1])
     return h
 
 

@@ -105,7 +105,7 @@ def test_a_draft_with_features_reads_them():
     assert err < 0.1 * err0, (err, err0)
 
 
-def test_training_with_features_shapes_and_a_features_draft_is_measured_not_run(tmp_path):
+def test_training_with_features_shapes_and_a_features_draft_file_round_trips(tmp_path):
     data, E = synthetic(n=600)
     V, d = E.shape
     HN = np.ascontiguousarray(E.T[:, :20])
@@ -123,8 +123,7 @@ def test_training_with_features_shapes_and_a_features_draft_is_measured_not_run(
     nd.save_draft(path, weights)
     loaded = nd.load_draft(path, V)
     assert nd.feature_layers(loaded.meta) == (3,)
-    with pytest.raises(nd.DraftError, match="besides its last state"):
-        nd.NeuralDraft(tiny_model(3), loaded)
+    np.testing.assert_array_equal(loaded.params["A"], weights.params["A"])
 
 
 def test_features_need_the_data_at_scale_and_not_the_shipped_file():
@@ -138,3 +137,75 @@ def test_features_need_the_data_at_scale_and_not_the_shipped_file():
     args = parser.parse_args(["--features", "2,15", "--data-positions", "9"])
     td.check_args(args)
     assert args.features == (2, 15)
+
+
+# ---- the features at run time: the target's cache keeps them, the draft reads them ----------------------------
+
+def features_draft(model, layers=(1,), hidden=8, seed=0):
+    d, rng = model.config.d_model, np.random.default_rng(seed)
+    n_in = (2 + len(layers)) * d
+    shapes = {"A": (n_in, d), "b": (d,), "W1": (n_in, hidden), "b1": (hidden,), "W2": (hidden, d)}
+    params = {k: (rng.standard_normal(v) * 0.3).astype(np.float32) for k, v in shapes.items()}
+    config = dataclasses.asdict(dataclasses.replace(td.Config(), features=layers))
+    return nd.DraftWeights(params, np.arange(0, model.config.vocab_size, 2), {"config": config})
+
+
+def reference_rows(model, weights, tokens, first, zero_features=False):
+    """Rows first..n-1 as training reads them: from the target's true state and features at first - 1, then the
+    draft's own states with those same features."""
+    feat, final = df.layer_states(model, tokens[:first], nd.feature_layers(weights.meta))
+    f = 0 * feat[first - 1] if zero_features else feat[first - 1]
+    state, rows = final[first - 1], []
+    for i in range(first, len(tokens)):
+        state = nd.net_forward(weights.params, np.concatenate([state, f])[None], model.weights.embed(tokens[i:i + 1]))[0][0]
+        rows.append(nd.softmax((state @ model.weights.head_matrix()[:, weights.kept]).astype(np.float64)))
+    return np.array(rows)
+
+
+def test_a_features_draft_drafts_what_training_chains():
+    model = tiny_model(3)
+    weights = features_draft(model)
+    draft = nd.NeuralDraft(model, weights)
+    assert model.cache.feature_layers == (1,)
+    tokens = np.array(model.tokenizer.encode(PROMPTS[0]))[:20]
+    got = draft.next_probs(tokens, 4)[:, weights.kept]            # the target has read tokens[:16], drafts 4
+    np.testing.assert_allclose(got, reference_rows(model, weights, tokens, 16), rtol=0, atol=1e-5)
+    blind = reference_rows(model, weights, tokens, 16, zero_features=True)   # the control: a draft blind to them
+    assert np.abs(got - blind).max() > 1e-3
+    model.final_states(tokens[:18], 1)                              # the target advances: the rows follow it
+    np.testing.assert_allclose(draft.next_probs(tokens, 2)[:, weights.kept], reference_rows(model, weights, tokens, 18),
+                               rtol=0, atol=1e-5)
+    other = features_draft(model, layers=(2,))
+    with pytest.raises(nd.DraftError, match="keeps \\[1\\] for another draft"):
+        nd.NeuralDraft(model, other)
+
+
+def test_the_cache_keeps_features_through_growth_trees_and_batches():
+    model = tiny_model(3)
+    tokens = np.array(model.tokenizer.encode(PROMPTS[1]))
+    model.cache = type(model.cache)(model.config, capacity=4)   # small: it must grow while keeping them
+    model.cache.keep_features((1, 2))
+    want, _ = df.layer_states(model, tokens, (1, 2))
+    model.final_states(tokens[:3], 1)
+    model.final_states(tokens, 1)                                 # grows past the capacity of 4
+    np.testing.assert_allclose(model.cache.feat[:len(tokens)], want, rtol=0, atol=1e-5)
+    n = 10                                                        # a tree below tokens[:n], then its path kept
+    path_tokens = tokens[n:n + 2]
+    model.tree_logits(tokens[:n], np.array([path_tokens[0], 7, path_tokens[1]]), np.array([-1, -1, 0]))
+    model.keep_path([0, 2])
+    np.testing.assert_allclose(model.cache.feat[:n + 2], want[:n + 2], rtol=0, atol=1e-5)
+    from specref.smollm2.model import KVCache, decode_batch, forward
+    caches = []
+    for m in (5, 8):
+        cache = KVCache(model.config, 16)
+        cache.keep_features((1, 2))
+        forward(tokens[:m], model.weights, cache, model.rot)
+        caches.append(cache)
+    decode_batch([tokens[5], tokens[8]], model.weights, caches, model.rot)
+    np.testing.assert_allclose(caches[0].feat[5], want[5], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(caches[1].feat[8], want[8], rtol=0, atol=1e-5)
+    plain = KVCache(model.config, 16)                              # caches that keep different features: refused
+    with pytest.raises(ValueError, match="same features"):
+        decode_batch([1, 2], model.weights, [caches[0], plain], model.rot)
+    with pytest.raises(ValueError, match="block numbers"):
+        plain.keep_features((3,))
