@@ -126,6 +126,25 @@ def existing(root: pathlib.Path, kind: str, index: int) -> tuple[pathlib.Path, i
     return None
 
 
+def prefix(root: pathlib.Path, positions: int, spec: BuildSpec = BuildSpec()) -> tuple[list, list]:
+    """(training shards, held-out shards) of the build in `root`: the training shards in build order until they
+    hold `positions`, and the held-out ones sorted by name; ValueError if the build holds fewer positions."""
+    train, held, made, s = [], [], 0, 0
+    while made < positions or s < spec.held_shards:
+        found = existing(root, *shard_kind(spec, s))
+        if found is None:
+            raise ValueError(f"the data at scale holds {made:,} training positions in {root}, fewer than the "
+                             f"{positions:,} asked for: run `python -m specref draft-data --positions {positions}` "
+                             "first (it resumes where it stopped)")
+        if s < spec.held_shards:
+            held.append(found[0])
+        else:
+            train.append(found[0])
+            made += found[1]
+        s += 1
+    return train, sorted(held)
+
+
 def build(spec: BuildSpec, positions: int, root: pathlib.Path, log, batch: int = 32,
           cache_dir=None, threads: int = 1) -> list[pathlib.Path]:
     """Make the shards until the training shards hold at least `positions` positions; returns every shard's path.

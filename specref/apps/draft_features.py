@@ -84,21 +84,6 @@ def shard_features(model, shard: dict, layers) -> dict:
     return {"feat": np.concatenate(feats), "state_error": np.array(err)}
 
 
-def shards_to_cover(data_dir: pathlib.Path, positions: int) -> list[pathlib.Path]:
-    """The held-out shards and the training shards in build order until `positions` (as train-draft loads them)."""
-    spec = draft_build.BuildSpec()
-    paths, made, s = [], 0, 0
-    while made < positions or s < spec.held_shards:
-        found = draft_build.existing(data_dir, *draft_build.shard_kind(spec, s))
-        if found is None:
-            raise ValueError(f"{data_dir} holds {made:,} training positions, fewer than the {positions:,} asked "
-                             f"for: run `python -m specref draft-data --positions {positions}` first")
-        paths.append(found[0])
-        made += found[1] if s >= spec.held_shards else 0
-        s += 1
-    return paths
-
-
 def feature_path(shard_path: pathlib.Path, layers) -> pathlib.Path:
     return shard_path.parent / folder_name(layers) / shard_path.name
 
@@ -200,7 +185,11 @@ def main(argv=None) -> int:
     except ValueError as e:
         parser.error(f"argument --layers: {e}")
     root = cache_root(None) / "draft-data"
-    paths = shards_to_cover(root / f"scale-{draft_build.BuildSpec().key()}", args.positions)
+    try:
+        train, held = draft_build.prefix(root / f"scale-{draft_build.BuildSpec().key()}", args.positions)
+    except ValueError as e:
+        parser.error(str(e))
+    paths = held + train
     if not args.no_yardstick:
         from specref.apps.draft_eval import eval_key
         yard = root / f"eval-{eval_key(164)}.npz"

@@ -257,21 +257,8 @@ def scale_data(root: pathlib.Path, positions: int, features=()) -> dict[str, dic
     """{"train", "held"}: the first training positions of the data at scale (`python -m specref draft-data`),
     `positions` of them rounded up to the end of a sequence, and its held-out shards; with the target's other
     layers' `features` ("feat", `specref.apps.draft_features`) if given."""
-    from specref.apps.draft_build import BuildSpec, existing, shard_kind
-    spec = BuildSpec()
-    folder = root / "draft-data" / f"scale-{spec.key()}"
-    paths, made, s = [], 0, 0
-    while made < positions or s < spec.held_shards:
-        found = existing(folder, *shard_kind(spec, s))
-        if found is None:
-            raise ValueError(f"the data at scale holds {made:,} training positions in {folder}, fewer than the "
-                             f"{positions:,} asked for: run `python -m specref draft-data --positions {positions}` "
-                             "first (it resumes where it stopped)")
-        paths.append(found[0])
-        made += found[1] if s >= spec.held_shards else 0
-        s += 1
-    train_paths = [p for p in paths if not p.name.startswith("held-")]
-    held_paths = sorted(p for p in paths if p.name.startswith("held-"))      # load_shards' order
+    from specref.apps.draft_build import BuildSpec, prefix
+    train_paths, held_paths = prefix(root / "draft-data" / f"scale-{BuildSpec().key()}", positions)
     train, held = load_shards(train_paths, in_order=True), load_shards(held_paths)
     if features:
         from specref.apps.draft_features import load_features

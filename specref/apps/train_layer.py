@@ -66,26 +66,6 @@ class LayerTrainConfig:
 
 # ---- data ---------------------------------------------------------------------------------------------
 
-def shard_paths(root: pathlib.Path, positions: int) -> tuple[list[pathlib.Path], list[pathlib.Path]]:
-    """The training shards in build order until they hold `positions`, and every held-out shard."""
-    spec = draft_build.BuildSpec()
-    train, held, total, s = [], [], 0, 0
-    while total < positions:
-        kind, index = draft_build.shard_kind(spec, s)
-        found = draft_build.existing(root, kind, index)
-        if found is None:
-            raise FileNotFoundError(f"shard {kind} {index} is not in {root} yet ({total} training positions made "
-                                    f"before it); build more with `python -m specref draft-data`")
-        if kind == "held":
-            held.append(found[0])
-        else:
-            train.append(found[0])
-            total += found[1]
-        s += 1
-    held += [p for p in sorted(root.glob("held-*.npz")) if p not in held]
-    return train, held
-
-
 def positions_in_sequence(seq):  # [n] -> [n]
     """Each position's place in its sequence (0 at a sequence's first token)."""
     idx = np.arange(len(seq))
@@ -298,7 +278,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             parser.error(f"argument --features: {e}")
         return costs(model, config, out_dir, log, features)
-    train_paths, held_paths = shard_paths(data_dir, config.positions)
+    train_paths, held_paths = draft_build.prefix(data_dir, config.positions)
     data, held = load_shards(train_paths), load_shards(held_paths)
     head = model.weights.head_matrix()
     E = np.ascontiguousarray(head.T)
