@@ -34,7 +34,7 @@ import numpy as np
 from specref.apps import draft_build, options
 from specref.apps.draft_data import write_npz
 from specref.smollm2.fetch import cache_root
-from specref.smollm2.model import KVCache, forward, load_smollm2
+from specref.smollm2.model import KVCache, feature_blocks, forward, load_smollm2
 
 DEFAULT_LAYERS = (2, 15, 27)  # low, middle, high of 30 blocks, as EAGLE-3 picks them (2, L/2, L - 3)
 MAX_STATE_ERROR = 2.0 ** -8  # relative; float16 rounding is 2^-11
@@ -54,12 +54,10 @@ def parse_layers(text: str) -> tuple[int, ...]:
 
 
 def check_layers(layers, n_layers: int) -> tuple[int, ...]:
-    """The layers as a sorted tuple of distinct block numbers in 1..n_layers; ValueError otherwise."""
-    t = tuple(int(l) for l in layers)
-    if not t or len(set(t)) != len(t) or any(not 1 <= l <= n_layers for l in t) or list(t) != sorted(t):
-        raise ValueError(f"layers {list(layers)}: expected distinct block numbers in increasing order, "
-                         f"each from 1 to {n_layers}")
-    return t
+    """The layers as a sorted tuple of distinct block numbers in 1..n_layers, at least one; ValueError otherwise."""
+    if not len(layers):
+        raise ValueError("layers []: expected at least one block number")
+    return feature_blocks(layers, n_layers)
 
 
 def layer_states(model, tokens, layers) -> tuple[np.ndarray, np.ndarray]:  # [n] -> [n, m*d], [n, d]

@@ -179,11 +179,7 @@ class KVCache:
 
     def keep_features(self, layers) -> None:
         """Keep `feat` for the blocks `layers` (distinct, increasing, from 1) from now on; empties the cache."""
-        t = tuple(int(l) for l in layers)
-        if len(set(t)) != len(t) or list(t) != sorted(t) or any(not 1 <= l <= self.config.n_layers for l in t):
-            raise ValueError(f"layers {list(layers)}: expected distinct block numbers in increasing order, each "
-                             f"from 1 to {self.config.n_layers}")
-        self.length, self.feature_layers = 0, t
+        self.length, self.feature_layers = 0, feature_blocks(layers, self.config.n_layers)
         self._allocate(self.capacity)
 
     def reserve(self, length: int) -> None:
@@ -236,6 +232,15 @@ class KVCache:
         if self.feat is not None:
             self.feat[self.length:end] = feat
         self.length = end
+
+
+def feature_blocks(layers, n_layers: int) -> tuple[int, ...]:
+    """The blocks whose output a cache keeps, as a tuple: distinct, increasing, each from 1 to n_layers; else ValueError."""
+    t = tuple(int(l) for l in layers)
+    if len(set(t)) != len(t) or list(t) != sorted(t) or any(not 1 <= l <= n_layers for l in t):
+        raise ValueError(f"layers {list(layers)}: expected distinct block numbers in increasing order, each "
+                         f"from 1 to {n_layers}")
+    return t
 
 
 def features(x, c: Config):  # [n, d] -> [n, d]
