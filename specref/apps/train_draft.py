@@ -329,6 +329,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "needs --data-positions and `python -m specref.apps.draft_features` over that data)")
     parser.add_argument("--lr", type=options.real(0.0, 1.0, low_open=True),
                         default=None, help=f"Adam's peak learning rate (default {Config.lr})")
+    parser.add_argument("--unroll", type=options.integer(1, 16), default=None,
+                        help=f"steps each example is unrolled, the later ones from the draft's own predicted "
+                             f"state (default {Config.unroll})")
     parser.add_argument("--batch", type=options.integer(1, 65536), default=None,
                         help=f"examples per Adam step (default {Config.batch})")
     parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=164,
@@ -380,7 +383,7 @@ def check_args(args) -> None:
 def run(args) -> int:
     config = QUICK if args.quick else Config()
     chosen = {"steps": args.steps, "data_positions": args.data_positions, "hidden": args.hidden, "batch": args.batch,
-              "lr": args.lr}
+              "lr": args.lr, "unroll": args.unroll}
     config = replace(config, seed=args.seed, **{k: v for k, v in chosen.items() if v})
     if args.features is not None:
         config = replace(config, features=args.features)
