@@ -34,7 +34,9 @@ import numpy as np
 from specref.apps import draft_build, options
 from specref.apps.draft_data import write_npz
 from specref.smollm2.fetch import cache_root
+from specref.smollm2.gguf_file import open_gguf
 from specref.smollm2.model import KVCache, feature_blocks, forward, load_smollm2
+from specref.smollm2.weights import gguf_path, read_config
 
 DEFAULT_LAYERS = (2, 15, 27)  # low, middle, high of 30 blocks, as EAGLE-3 picks them (2, L/2, L - 3)
 MAX_STATE_ERROR = 2.0 ** -8  # relative; float16 rounding is 2^-11
@@ -177,7 +179,7 @@ def main(argv=None) -> int:
     parser.add_argument("--no-yardstick", action="store_true", help="skip the HumanEval yardstick's features")
     args = parser.parse_args(argv)
     log = lambda text: print(text, flush=True)  # noqa: E731
-    n_layers = load_smollm2(progress=lambda *a: None).config.n_layers
+    n_layers = read_config(open_gguf(gguf_path(progress=lambda *a: None))).n_layers  # the header alone
     try:
         layers = check_layers(parse_layers(args.layers), n_layers)
     except ValueError as e:

@@ -75,6 +75,15 @@ def test_bad_layer_lists_are_refused(text):
     assert df.parse_layers("2,15,27") == (2, 15, 27)
 
 
+def test_the_command_checks_the_blocks_against_the_target_s_header(smollm2, capsys):
+    """Block 31 of a 30-block target is refused before anything runs (the count read from the GGUF header);
+    block 30 passes the same check (the control)."""
+    with pytest.raises(SystemExit) as stop:
+        df.main(["--layers", "2,31"])
+    assert stop.value.code == 2 and "each from 1 to 30" in capsys.readouterr().err
+    assert df.check_layers(df.parse_layers("2,30"), smollm2.config.n_layers) == (2, 30)
+
+
 def synthetic(n=2000, d=8, V=40, seed=0):
     """Data in which the next state is a fixed linear map of a feature that neither the state nor the token holds."""
     rng = np.random.default_rng(seed)
