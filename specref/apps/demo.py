@@ -61,7 +61,7 @@ from specref.apps import options, pilot
 from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, best_tree, choose_K_replayed,
                                 choose_tree_replayed, root_chances)
 from specref.apps.costs import scoring_and_stream_ms
-from specref.apps.named_drafts import DRAFTS, by_name
+from specref.apps.named_drafts import DRAFTS, by_name, check_draft_file
 from specref.smollm2.draft import shipped_draft
 from specref.fast import load_fast
 from specref.fast.blas import describe_kernels
@@ -125,20 +125,21 @@ def until_eos(tokens, eos: int | None) -> list[int]:
     return tokens[: tokens.index(eos) + 1] if eos in tokens else tokens
 
 
-def demo_draft(model, prompt_ids: list[int], draft_name: str, lookup_n: int | None = None):
-    """The draft called draft_name as the demo makes it (the n-gram: a trigram fitted on the prompt's own tokens)."""
+def demo_draft(model, prompt_ids: list[int], draft_name: str, lookup_n: int | None = None, draft_file=None):
+    """The draft called draft_name as the demo makes it (the n-gram: a trigram fitted on the prompt's own tokens;
+    the neural drafts: the shipped draft, or the one in `draft_file`)."""
     return by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
-                   neural=lambda: shipped_draft(model))
+                   neural=lambda: shipped_draft(model, draft_file))
 
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,
              top_p: float | None, max_new_tokens: int, seed: int, eos: int | None = None, on_step=None,
-             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None) -> Run:
+             verify: str = "token", lookup_n: int | None = None, tree: Tree | None = None, draft_file=None) -> Run:
     """One run of ArS or SpS (verified by `verify`, "token" or "block") from prompt_ids, stopping after max_new_tokens or at eos (kept).
 
     lookup_n: the prompt lookup's longest match (None: the draft's default, `specref.drafts.PromptLookupDraft`).
     tree: SpS drafts a tree of this shape (K is its size), verified by its exact tree verifier (`TreeProfile`)."""
-    draft = demo_draft(model, prompt_ids, draft_name, lookup_n) if method == "SpS" else None
+    draft = demo_draft(model, prompt_ids, draft_name, lookup_n, draft_file) if method == "SpS" else None
     model.reset()  # every run starts from an empty cache (its prefill is not timed)
     expected = ExpectedTokens(verifiers.REGISTRY[verify].function)
     profile = TreeProfile(tree.drawing) if tree is not None else None
@@ -399,7 +400,7 @@ def table(results: list[Run]) -> str:
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
                   printer=None, log=print, verify: str = "token", costs: list[float] | None = None,
-                  tree: str | None = None) -> list[Run]:
+                  tree: str | None = None, draft_file=None) -> list[Run]:
     """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup, the
     a-priori prediction (`Run.apriori`, from the pilot that chose K or the tree; None where K or the tree was given)
     and the model check (`Run.model_check`, from the run's own alpha and costs).
@@ -410,7 +411,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
     (`choose_tree_replayed`): a tree row follows the chain's where one pays.  The replay predicts
     token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1",
     `specref.trees.Tree.parse`) to run as a tree row for every draft instead (children drawn as `tree_drawing`
-    says)."""
+    says).  draft_file: the trained draft the neural drafts run (None: the shipped one)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
     if K is None and costs is None:
@@ -432,13 +433,13 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
                     log(f"pilot: the target's own completion{'s' if temperature else ''} of the prompt, {label} ...")
                     texts = pilot_texts(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
                 replayed = pilot.Replay.pooled([replay_draft(model, prompt_ids, text.tokens, text.stats,
-                                                             demo_draft(model, prompt_ids, name), name, temperature,
-                                                             top_p, seed) for text in texts])
+                                                             demo_draft(model, prompt_ids, name, None, draft_file), name,
+                                                             temperature, top_p, seed) for text in texts])
                 choice = choose_K_replayed(replayed, costs)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")
             r = generate(model, prompt_ids, "SpS", name, k, temperature, top_p, max_new_tokens, seed, eos, printer,
-                         verify)
+                         verify, draft_file=draft_file)
             r.why_K = why if K is None else ""
             fill_model_check(r, base)
             r.apriori = None if choice is None else choice.predicted  # made before the run, from the pilot
@@ -456,7 +457,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             if shape is not None:
                 log(f"\n--- SpS with {name} draft, tree {shape.name} ({TREE_VERIFY[drawing]} verification), {label} ---")
                 t = generate(model, prompt_ids, "SpS", name, 0, temperature, top_p, max_new_tokens, seed, eos,
-                             printer, verify, tree=shape)
+                             printer, verify, tree=shape, draft_file=draft_file)
                 t.why_tree = why_tree
                 fill_model_check(t, base)
                 t.apriori = tree_choice.predicted if tree is None else None  # a given tree had no pilot
@@ -504,6 +505,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nucleus mass in (0, 1] for sampled runs (default 0.95)")
     parser.add_argument("--draft", choices=options.known_drafts() + ("all",), default=None,
                         help="draft model (default: prompt-lookup and neural+lookup, the draft trained here)")
+    parser.add_argument("--draft-file", type=options.draft_file, default=None, metavar="FILE",
+                        help="the trained draft the neural drafts run: a file `train-draft --out FILE` wrote "
+                             "(default: the shipped draft)")
     parser.add_argument("--verify", choices=verifiers.CHAINS, default="token",
                         help="SpS verifier: token (Chen's Algorithm 2, default) or block (block verification)")
     parser.add_argument("--tree", type=options.tree, default=None,
@@ -516,6 +520,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the weights are cached (default $SPECREF_CACHE or ~/.cache/specref)")
     parser.add_argument("--color", choices=["auto", "always", "never"], default="auto",
                         help="highlight accepted draft tokens (default: when writing to a terminal)")
+
+
+def draft_names_of(args) -> list[str]:
+    """The drafts --draft names: the default pair, every draft ("all"), or one."""
+    return list(DEFAULT_DRAFTS) if args.draft is None else list(DRAFTS) if args.draft == "all" else [args.draft]
+
+
+def check_args(args) -> None:
+    check_draft_file(getattr(args, "draft_file", None), draft_names_of(args))
 
 
 def run(args) -> int:
@@ -535,12 +548,11 @@ def run(args) -> int:
                          f"exceeds the context of {model.config.context_length} tokens")
     settings = [(0.0, None), (0.8, args.top_p)] if args.temperature is None else \
         [(args.temperature, None if args.temperature == 0 else args.top_p)]
-    draft_names = list(DEFAULT_DRAFTS) if args.draft is None else \
-        list(DRAFTS) if args.draft == "all" else [args.draft]
+    draft_names = draft_names_of(args)
     color = args.color == "always" or (args.color == "auto" and sys.stdout.isatty())
     results = run_workloads(model, prompt_ids, settings, draft_names, args.K, args.max_new_tokens, args.seed,
                             eos=tok.eos_id, printer=Printer(tok, color), verify=args.verify,
-                            tree=getattr(args, "tree", None))
+                            tree=getattr(args, "tree", None), draft_file=getattr(args, "draft_file", None))
     print("\n\n" + table(results))
     print("\n".join(["", *verdicts(results)]))
     if color:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Callable, Iterable
 
-from specref.apps.options import DRAFTS, LOOKUP_DRAFTS
+from specref.apps.options import DRAFTS, LOOKUP_DRAFTS, NEURAL_DRAFTS
 from specref.drafts import CopyOrModel, NGramDraft, PromptLookupDraft, UniformDraft
 
-__all__ = ["DRAFTS", "LOOKUP_DRAFTS", "by_name"]
+__all__ = ["DRAFTS", "LOOKUP_DRAFTS", "by_name", "check_draft_file"]
 
 
 def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = list, ngram_order: int = 2,
@@ -33,3 +33,17 @@ def by_name(name: str, V: int, corpus: Callable[[], Iterable[Iterable[int]]] = l
     if name == "uniform":
         return UniformDraft(V)
     raise ValueError(f"unknown draft {name!r}; expected one of {', '.join(DRAFTS)}")
+
+
+def check_draft_file(path, drafts: list[str]) -> None:
+    """ValueError unless `path` (--draft-file) is None, or a readable draft file and some draft runs it."""
+    if path is None:
+        return
+    if not set(drafts) & set(NEURAL_DRAFTS):
+        raise ValueError(f"argument --draft-file: only the drafts {', '.join(NEURAL_DRAFTS)} run it, and "
+                         f"none of them is among the drafts ({','.join(drafts)})")
+    from specref.smollm2.draft import DraftError, load_draft  # the model package, imported only when a file is named
+    try:
+        load_draft(path)
+    except DraftError as e:
+        raise ValueError(f"argument --draft-file: {e}") from e

@@ -116,6 +116,7 @@ def text(value: str) -> str:
 # The commands' draft names, the one list of them (`specref.apps.named_drafts.by_name` makes each draft)
 DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "ngram", "uniform", "neural", "neural+lookup")
 LOOKUP_DRAFTS = ("prompt-lookup", "prompt-lookup-adaptive", "neural+lookup")  # the drafts that take lookup_n
+NEURAL_DRAFTS = ("neural", "neural+lookup")  # the drafts that run the trained draft (the shipped one, or --draft-file)
 
 
 def known_drafts() -> tuple[str, ...]:
@@ -174,6 +175,14 @@ def directory(value: str) -> pathlib.Path:
     else:
         _writable_ancestor(path, "a directory", value)
     return path
+
+
+def draft_file(value: str) -> str:
+    """A draft file that exists (one `train-draft --out` wrote); whether it is one is checked when it is read."""
+    path = pathlib.Path(value).expanduser()
+    if not value or not path.is_file():
+        _fail("a draft file that exists (written by `python -m specref train-draft --out FILE`)", value)
+    return str(path)
 
 
 def output_file(parents: bool = False, suffix_not: str | None = None):

@@ -314,11 +314,19 @@ def load_neural_draft(target, path=None) -> NeuralDraft:
     return NeuralDraft(target, load_draft(path, target.config.vocab_size))
 
 
-_SHIPPED: "weakref.WeakKeyDictionary[object, NeuralDraft]" = weakref.WeakKeyDictionary()
+_LOADED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()  # target -> {path: NeuralDraft}
 
 
-def shipped_draft(target) -> NeuralDraft:
-    """The shipped draft attached to `target`, loaded once per target (the commands ask for it per run)."""
-    if target not in _SHIPPED:
-        _SHIPPED[target] = load_neural_draft(target)
-    return _SHIPPED[target]
+def shipped_draft(target, path=None) -> NeuralDraft:
+    """The shipped draft (or the draft file at `path`, e.g. one `train-draft --out` wrote) attached to `target`,
+    loaded once per target and file (the commands ask for it per run)."""
+    key = None if path is None else str(pathlib.Path(path).expanduser().resolve())
+    loaded = _LOADED.setdefault(target, {})
+    if key not in loaded:
+        loaded[key] = load_neural_draft(target, key)
+    return loaded[key]
+
+
+def draft_sha256(path=None) -> str:
+    """The SHA-256 of the draft file at `path`, or of the shipped one: what names a draft in a stored result's key."""
+    return SHIPPED_SHA256 if path is None else file_sha256(pathlib.Path(path).expanduser())

@@ -32,6 +32,8 @@ BAD = {
         "--color": [["--color", "purple"]],
         "--verify": [["--verify", "typical"], ["--verify", "Block"], ["--verify"]],
         "--tree": [["--tree", "2x0"], ["--tree", "4x4x4"], ["--tree", "3+-1"], ["--tree", "two"], ["--tree"]],
+        "--draft-file": [["--draft-file", "{missing}/d.npz"], ["--draft-file", "{dir}"], ["--draft-file", "{file}"],
+                         ["--draft-file", "{file}", "--draft", "ngram"]],
     },
     "bench": {
         "--json": [["--json", "{dir}"], ["--json", "{missing}/costs.json"], ["--json", "{file}/costs.json"]],
@@ -61,6 +63,8 @@ BAD = {
         "--timeout": [["--timeout", "0"], ["--timeout", "-1"], ["--timeout", "inf"]],
         "--no-bench-costs": [["--no-bench-costs=yes"]],
         "--cache-dir": [["--cache-dir", "{file}"]],
+        "--draft-file": [["--draft-file", "{missing}/d.npz"], ["--draft-file", "{file}"],
+                         ["--draft-file", "{file}", "--drafts", "prompt-lookup,ngram"]],
     },
     "figures": {
         "--quick": [["--quick=1"]],
@@ -79,6 +83,7 @@ BAD = {
         "--data-positions": [["--data-positions", "0"], ["--data-positions", "1e5"],
                              ["--data-positions", "1000", "--quick"]],
         "--hidden": [["--hidden", "0"], ["--hidden", "wide"]],
+        "--unroll": [["--unroll", "0"], ["--unroll", "17"], ["--unroll", "two"]],
         "--batch": [["--batch", "0"], ["--batch", "-4"]],
         "--eval-prompts": [["--eval-prompts", "165"], ["--eval-prompts", "-1"]],
         "--report": [["--report", "{dir}"], ["--report", "{missing}/r.json"]],

@@ -36,7 +36,7 @@ def fake_replay(L=200):
 def fake_generate(run_alpha, run_profile):
     """`demo.generate` on a fake clock: the timed runs report `run_alpha` and `run_profile`."""
     def generate(model, prompt_ids, method, draft_name, K, temperature, top_p, max_new_tokens, seed, eos=None,
-                 on_step=None, verify="token", lookup_n=None, tree=None):
+                 on_step=None, verify="token", lookup_n=None, tree=None, draft_file=None):
         if method == "ArS":
             return demo.Run("ArS", "-", 0, temperature, top_p, [1] * 4,
                             stats(float("nan"), 0, draft_ms=0.0, call_ms=DECODE_MS, ms_per_token=DECODE_MS), verify="-")

@@ -293,6 +293,19 @@ def test_the_key_holds_the_settings_of_a_sample_and_the_kernels_that_timed_it(mo
     assert settings_key("table", method, args, "m") != expected
 
 
+def test_a_row_of_the_trained_draft_is_keyed_on_its_draft_file(tmp_path):
+    """A neural row's stored result belongs to one draft file: another file (or a new shipped draft) is another
+    key, so a resumed run never mixes two drafts.  A row with no trained draft keeps its key (the control)."""
+    other = tmp_path / "other.npz"
+    other.write_bytes(b"another draft")                   # only its SHA-256 enters the key
+    shipped, given = parse(["--max-new-tokens", "96"]), parse(["--max-new-tokens", "96", "--draft-file", str(other)])
+    for draft in ("neural", "neural+lookup"):
+        method = Method(draft, 4, *NUCLEUS)
+        assert settings_key("table", method, shipped, "m") != settings_key("table", method, given, "m")
+    lookup = Method("prompt-lookup", 4, *NUCLEUS)
+    assert settings_key("table", lookup, shipped, "m") == settings_key("table", lookup, given, "m")
+
+
 @pytest.mark.parametrize("given, written", [("runs/a.json", "runs/a.jsonl"), ("runs/a.v1", "runs/a.v1.jsonl"),
                                             ("runs/a.v2", "runs/a.v2.jsonl"), ("runs/a", "runs/a.jsonl")])
 def test_each_json_name_has_its_own_jsonl(given, written):

@@ -97,6 +97,19 @@ def test_save_and_load_round_trip(tmp_path):
     assert back.meta["note"] == "random, for tests" and back.meta["params_sha256"] == nd.params_digest(w.params, w.kept)
 
 
+def test_a_draft_file_is_run_instead_of_the_shipped_one_and_loaded_once(smollm2, tmp_path):
+    """What `--draft-file` runs: the file's weights, loaded once per target and file; without a file, the shipped
+    draft (the control: its weights are not the file's)."""
+    w = random_weights(seed=3)
+    path = tmp_path / "mine.npz"
+    nd.save_draft(path, w)
+    mine, shipped = nd.shipped_draft(smollm2, path), nd.shipped_draft(smollm2)
+    assert nd.shipped_draft(smollm2, str(path)) is mine and nd.shipped_draft(smollm2) is shipped
+    np.testing.assert_array_equal(mine.weights.kept, w.kept)
+    assert len(shipped.weights.kept) != len(w.kept)
+    assert nd.draft_sha256(path) == nd.file_sha256(path) != nd.draft_sha256() == nd.SHIPPED_SHA256
+
+
 def test_missing_corrupt_and_misshapen_files_are_clear_errors(tmp_path):
     with pytest.raises(nd.DraftError, match="no draft file"):
         nd.load_draft(tmp_path / "none.npz")

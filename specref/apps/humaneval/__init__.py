@@ -19,7 +19,8 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
 - verify: the SpS verifier, `--verify token` (`specref.mrs.verify`, the default) or `block`
   (`specref.mrs.verify_block`, block verification); it is part of the stored-results key, so
   runs with different verifiers never mix on resume (as is --lookup-n, the prompt-lookup drafts'
-  longest match, for those drafts only).  expected_tokens_per_call_token and
+  longest match, for those drafts only, and the trained draft's file, `--draft-file` or the shipped
+  one, for the neural drafts only).  expected_tokens_per_call_token and
   _block: both verifiers' expected tokens per target call, computed exactly for each call's
   drafts and rows (`specref.proof.stats.ExpectedTokens`, not timed) and averaged over the
   calls, beside the measured tokens_per_target_call of the verifier that ran.
@@ -92,8 +93,9 @@ from specref.apps.humaneval.problems import STOP_SEQUENCES, load_problems
 from specref.apps.humaneval.report import (REPORT_FORMAT, OLD_CHOICE, add_bench_model_check, format_sweep,
                                            format_table, parity, summarize, sweep_rows)
 from specref.apps.humaneval.runner import PROMPT_LOOKUP_N, Benchmark, lookup_n
-from specref.apps.named_drafts import LOOKUP_DRAFTS
+from specref.apps.named_drafts import LOOKUP_DRAFTS, check_draft_file
 from specref.files import write_text
+from specref.smollm2.draft import draft_sha256
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -111,6 +113,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "only tree rows")
     parser.add_argument("--drafts", type=options.draft_list, default=drafts, metavar="D1,D2,...",
                         help=f"comma-separated drafts for SpS, a subset of {drafts} (default all)")
+    parser.add_argument("--draft-file", type=options.draft_file, default=None, metavar="FILE",
+                        help=f"the trained draft the {' and '.join(options.NEURAL_DRAFTS)} drafts run: a file "
+                             "`train-draft --out FILE` wrote (default: the shipped draft); stored results are kept "
+                             "apart per draft file")
     parser.add_argument("--max-new-tokens", type=options.MAX_NEW_TOKENS, default=128,
                         help=f"token budget per completion, 1 to {options.CONTEXT_LENGTH - 1} (default 128)")
     parser.add_argument("--seed", type=options.SEED, default=0, help="random seed >= 0 (default 0)")
@@ -144,6 +150,7 @@ def check_args(args) -> tuple[list[str], list[int] | None]:
     A parsed command line was checked as it was read; options set by other code are checked
     here by the same types (`specref.apps.options.checked`)."""
     args = options.checked(add_arguments, args)
+    check_draft_file(getattr(args, "draft_file", None), args.drafts)
     return args.drafts, args.k_sweep
 
 
@@ -167,7 +174,9 @@ def run(args, model=None) -> int:
                                  "verify": getattr(args, "verify", "token"),
                                  "max_new_tokens": args.max_new_tokens, "timeout": args.timeout,
                                  "stop_sequences": STOP_SEQUENCES, "isolation": sandbox.isolation(),
-                                 "model": bench.model_name, "openblas": kernels}}
+                                 "model": bench.model_name, "openblas": kernels,
+                                 "draft_file": getattr(args, "draft_file", None),
+                                 "draft_sha256": draft_sha256(getattr(args, "draft_file", None))}}
     costs = None
     if not args.no_bench_costs:
         print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")

@@ -16,8 +16,9 @@ from specref.apps.humaneval.problems import Problem
 from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, generate, lookup_n, method_rng,
                                            settings_key)
 from specref.apps.named_drafts import by_name
+from specref.apps.options import NEURAL_DRAFTS
 from specref.trees import Tree
-from specref.smollm2.draft import shipped_draft
+from specref.smollm2.draft import draft_sha256
 
 PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
@@ -87,7 +88,9 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                                              "top_p": top_p, "pilot": ["replay", [p.task_id for p in problems],
                                                                        demo.PILOT_SEED, pilot.K_CHOICES],
                                              "settings": settings_key("choice", Method(None, 0, temperature, top_p),
-                                                                      bench.args, bench.model_name)},
+                                                                      bench.args, bench.model_name),
+                                             **({"neural_draft": draft_sha256(getattr(bench.args, "draft_file", None))}
+                                                if d in NEURAL_DRAFTS else {})},
                                             sort_keys=True).encode()).hexdigest()[:16]
             if (key, "choice") not in bench.stored:
                 if texts is None:
@@ -98,7 +101,7 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                     demo.replay_draft(bench.model, bench.prompt_ids[problem.task_id], text.stats.new_tokens,
                                       text.stats, by_name(d, bench.V, lambda: bench.solutions_of_others(problem.task_id),
                                                           NGRAM_ORDER, lookup_n(bench.args),
-                                                          neural=lambda: shipped_draft(bench.model)),
+                                                          neural=bench.neural_draft),
                                       d, temperature, top_p, bench.args.seed)
                     for problem, text in zip(problems, texts)])
                 k = demo.choose_K_replayed(replayed, scoring)

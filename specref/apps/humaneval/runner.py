@@ -22,11 +22,12 @@ from specref.apps.demo import TREE_VERIFY, TreeProfile
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, Problem,
                                              check_completion, truncate_at_stop)
 from specref.apps.named_drafts import DRAFTS, LOOKUP_DRAFTS, by_name
+from specref.apps.options import NEURAL_DRAFTS
 from specref.apps.timing import timed_generation
 from specref.proof.laws import ExpectedTokens
 from specref.runstats import RunStats
 from specref.trees import Tree
-from specref.smollm2.draft import shipped_draft
+from specref.smollm2.draft import draft_sha256, shipped_draft
 from specref.warps import Warp
 
 NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
@@ -143,6 +144,7 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
     kernels that timed it (`specref.fast.blas`: OPENBLAS_CORETYPE can force others on the same CPU, which changes
     every timing), so a resumed run never mixes timings taken under two kernels.
 
+    A method that runs the trained draft (`NEURAL_DRAFTS`) is also keyed on that draft file's SHA-256.
     The lookup's longest match changes only the drafts that look up the context; every other
     method is stored under PROMPT_LOOKUP_N whatever --lookup-n says, so that its results (ArS's
     above all) are shared by runs that differ only in --lookup-n.
@@ -156,6 +158,8 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
                 "prompt_lookup_n": n, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT,
                 "blas_core": openblas_info()["core"] or "unknown"}
+    if method.draft in NEURAL_DRAFTS:  # the trained draft's file: a new shipped draft, or --draft-file, is another run
+        settings["neural_draft"] = draft_sha256(getattr(args, "draft_file", None))
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -230,6 +234,10 @@ class Benchmark:
             self._solutions = [self.tokenizer.encode(p.canonical_solution) for p in self.problems]
         return [s for p, s in zip(self.problems, self._solutions) if p.task_id != task_id]
 
+    def neural_draft(self):
+        """The trained draft the neural drafts run: the file --draft-file names, or the shipped one."""
+        return shipped_draft(self.model, getattr(self.args, "draft_file", None))
+
     def record(self, record: dict) -> None:
         self.stored[(record["key"], record["task_id"])] = record
         if self.results_path:
@@ -251,7 +259,7 @@ class Benchmark:
             for m in todo:
                 if m.draft is not None and m.draft not in drafts:
                     drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
-                                              NGRAM_ORDER, lookup_n(self.args), neural=lambda: shipped_draft(self.model))
+                                              NGRAM_ORDER, lookup_n(self.args), neural=lambda: self.neural_draft())
                 verify = getattr(self.args, "verify", "token")
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
