@@ -82,6 +82,24 @@ QUICK = Config(tf_sequences=6, gen_sequences=6, held_out_sequences=4, max_new=24
                shard_sequences=4, hidden=64, kept=2048, steps=150, batch=64, lr=3e-3)
 
 
+# The options that set a Config field (the rest are fixed by --quick or not).
+OPTIONS = {"seed": "--seed", "steps": "--steps", "data_positions": "--data-positions", "hidden": "--hidden",
+           "batch": "--batch", "lr": "--lr", "unroll": "--unroll", "features": "--features"}
+
+
+def command_of(config: Config) -> str:
+    """The train-draft command line that makes `config`: --quick or not, the seed, then each option whose field
+    differs from that base (the command a run's report and its draft file record)."""
+    quick = all(getattr(config, f) == getattr(QUICK, f) for f in asdict(config) if f not in OPTIONS)
+    base = QUICK if quick else Config()
+    words = ["python -m specref train-draft"] + (["--quick"] if quick else []) + [f"--seed {config.seed}"]
+    for field, option in OPTIONS.items():
+        value = getattr(config, field)
+        if field != "seed" and value != getattr(base, field):
+            words.append(f"{option} {','.join(map(str, value)) if field == 'features' else value}")
+    return " ".join(words)
+
+
 def _digest(d: dict) -> str:
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -290,8 +308,7 @@ def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, worke
         return None
     meta = {"config": asdict(config), "history": history, "train_positions": int(len(train_data["tok"])),
             "held_out_sampled_positions": int(held["kind"].sum()),
-            "command": "python -m specref train-draft" + (" --quick" if config == QUICK else "")
-                       + f" --seed {config.seed}",
+            "command": command_of(config),
             "data": ("Python standard library functions" if not config.data_positions else
                      "the data at scale (python -m specref draft-data): functions of the standard library and "
                      "the installed packages") + " (teacher-forced and the target's own completions); no HumanEval", "seconds": round(time.perf_counter() - t0, 1)}
@@ -380,13 +397,17 @@ def check_args(args) -> None:
         raise ValueError("argument --out: not allowed with --install (both name the output file; give one)")
 
 
-def run(args) -> int:
+def config_of(args) -> Config:
+    """The Config a checked command line asks for (`command_of` gives the command line of a Config)."""
     config = QUICK if args.quick else Config()
     chosen = {"steps": args.steps, "data_positions": args.data_positions, "hidden": args.hidden, "batch": args.batch,
               "lr": args.lr, "unroll": args.unroll}
     config = replace(config, seed=args.seed, **{k: v for k, v in chosen.items() if v})
-    if args.features is not None:
-        config = replace(config, features=args.features)
+    return config if args.features is None else replace(config, features=tuple(args.features))
+
+
+def run(args) -> int:
+    config = config_of(args)
     root = cache_root(args.cache_dir)
     out = nd.SHIPPED_PATH if args.install else pathlib.Path(args.out) if args.out else root / "draft.npz"
     model = load_fast(cache_dir=args.cache_dir, measure=True)

@@ -141,6 +141,30 @@ def test_the_shipped_draft_is_checked_against_its_recorded_sha256():
     assert w.meta["command"].startswith("python -m specref train-draft") and "no HumanEval" in w.meta["data"]
 
 
+@pytest.mark.parametrize("argv", [[], ["--quick"], ["--quick", "--seed", "3", "--steps", "20"],
+                                  ["--data-positions", "2000000", "--steps", "9000", "--lr", "4e-4", "--unroll", "3",
+                                   "--features", "2,15,27", "--hidden", "512", "--batch", "128"]])
+def test_the_recorded_command_makes_the_same_run(argv):
+    """A report and its draft file record `td.command_of(config)`: read back by the command's own parser, it gives
+    the same configuration (so the same checkpoint key); a seed it left out would give another (the control)."""
+    import argparse
+    import shlex
+    parser = argparse.ArgumentParser()
+    td.add_arguments(parser)
+
+    def config(words):
+        args = parser.parse_args(words)
+        td.check_args(args)
+        return td.config_of(args)
+
+    wanted = config(argv + ["--seed", "5"])
+    recorded = td.command_of(wanted)
+    assert recorded.startswith("python -m specref train-draft")
+    again = config(shlex.split(recorded)[4:])
+    assert again == wanted and again.run_key() == wanted.run_key()
+    assert config(shlex.split(recorded.replace(" --seed 5", ""))[4:]) != wanted
+
+
 def test_a_corrupt_shipped_draft_is_refused(tmp_path, monkeypatch):
     copy = tmp_path / "draft.npz"
     data = bytearray(nd.SHIPPED_PATH.read_bytes())
