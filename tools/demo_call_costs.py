@@ -30,19 +30,21 @@ def main(argv=None) -> int:
     parser.add_argument("--draft", default="neural+lookup")
     parser.add_argument("--K", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=96)
+    parser.add_argument("--calls", action="store_true", help="also print every target call of each SpS run: "
+                        "tokens it was given / rows it scored: ms")
     args = parser.parse_args(argv)
 
     from specref.apps import demo
     from specref.fast import load_fast
     model = load_fast(None, measure=True)
     ids = model.tokenizer.chat([{"role": "user", "content": demo.DEFAULT_PROMPT}])
-    calls: list[tuple[int, float]] = []                      # (tokens scored, seconds) of every target call
+    calls: list[tuple[int, float, int]] = []                 # (rows scored, seconds, tokens given) of every call
     plain = model.next_probs
 
     def timed(tokens, k=1):
         start = time.perf_counter()
         out = plain(tokens, k)
-        calls.append((k, time.perf_counter() - start))
+        calls.append((k, time.perf_counter() - start, len(tokens)))
         return out
 
     model.next_probs = timed
@@ -54,11 +56,13 @@ def main(argv=None) -> int:
     for r in range(args.rounds):
         calls.clear()
         ars = demo.generate(model, ids, "ArS", "-", 0, 0.0, None, args.tokens, 0, eos=eos)
-        steps = [s for k, s in calls[1:] if k == 1]
+        steps = [s for k, s, _ in calls[1:] if k == 1]
         calls.clear()
         sps = demo.generate(model, ids, "SpS", args.draft, args.K, 0.0, None, args.tokens, 0, eos=eos)
-        full = [s for k, s in calls if k == args.K + 1]
-        raw = sum(s for _, s in calls[1:])  # the SpS loop's target calls in the model (the first, the prefill, is not timed)
+        full = [s for k, s, _ in calls if k == args.K + 1]
+        raw = sum(s for _, s, _ in calls[1:])  # the SpS loop's target calls in the model (the first, the prefill, is not timed)
+        if args.calls:
+            print("  SpS calls: " + " ".join(f"{n}/{k}:{1e3 * s:.0f}" for k, s, n in calls[1:]))
         model.next_probs = plain
         ms, _ = demo.scoring_and_stream_ms(model, demo.COST_REPEATS, args.K)
         model.next_probs = timed
