@@ -62,7 +62,7 @@ from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, bes
                                 choose_tree_replayed, root_chances)
 from specref.apps.costs import scoring_and_stream_ms
 from specref.apps.named_drafts import DRAFTS, by_name, check_draft_file
-from specref.smollm2.draft import shipped_draft
+from specref.smollm2.draft import neural_draft
 from specref.fast import load_fast
 from specref.fast.blas import describe_kernels
 from specref.apps.timing import timed_generation
@@ -129,7 +129,7 @@ def demo_draft(model, prompt_ids: list[int], draft_name: str, lookup_n: int | No
     """The draft called draft_name as the demo makes it (the n-gram: a trigram fitted on the prompt's own tokens;
     the neural drafts: the shipped draft, or the one in `draft_file`)."""
     return by_name(draft_name, model.config.vocab_size, lambda: [prompt_ids], ngram_order=3, lookup_n=lookup_n,
-                   neural=lambda: shipped_draft(model, draft_file))
+                   neural=lambda: neural_draft(model, draft_file))
 
 
 def generate(model, prompt_ids: list[int], method: str, draft_name: str, K: int, temperature: float,

@@ -317,14 +317,19 @@ def load_neural_draft(target, path=None) -> NeuralDraft:
 _LOADED: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()  # target -> {path: NeuralDraft}
 
 
-def shipped_draft(target, path=None) -> NeuralDraft:
-    """The shipped draft (or the draft file at `path`, e.g. one `train-draft --out` wrote) attached to `target`,
-    loaded once per target and file (the commands ask for it per run)."""
+def neural_draft(target, path=None) -> NeuralDraft:
+    """The draft file at `path` (one `train-draft --out` wrote; None: the shipped one) attached to `target`, loaded
+    once per target and file (the commands ask for it per run)."""
     key = None if path is None else str(pathlib.Path(path).expanduser().resolve())
     loaded = _LOADED.setdefault(target, {})
     if key not in loaded:
         loaded[key] = load_neural_draft(target, key)
     return loaded[key]
+
+
+def shipped_draft(target) -> NeuralDraft:
+    """The shipped draft attached to `target`, loaded once per target (`neural_draft`)."""
+    return neural_draft(target)
 
 
 def draft_sha256(path=None) -> str:

@@ -103,8 +103,9 @@ def test_a_draft_file_is_run_instead_of_the_shipped_one_and_loaded_once(smollm2,
     w = random_weights(seed=3)
     path = tmp_path / "mine.npz"
     nd.save_draft(path, w)
-    mine, shipped = nd.shipped_draft(smollm2, path), nd.shipped_draft(smollm2)
-    assert nd.shipped_draft(smollm2, str(path)) is mine and nd.shipped_draft(smollm2) is shipped
+    mine, shipped = nd.neural_draft(smollm2, path), nd.shipped_draft(smollm2)
+    assert nd.neural_draft(smollm2, str(path)) is mine
+    assert nd.shipped_draft(smollm2) is shipped is nd.neural_draft(smollm2)
     np.testing.assert_array_equal(mine.weights.kept, w.kept)
     assert len(shipped.weights.kept) != len(w.kept)
     assert nd.draft_sha256(path) == nd.file_sha256(path) != nd.draft_sha256() == nd.SHIPPED_SHA256

@@ -14,11 +14,9 @@ from specref.apps import demo, pilot
 from specref.apps.demo import tree_drawing
 from specref.apps.humaneval.problems import Problem
 from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, generate, lookup_n, method_rng,
-                                           settings_key)
+                                           settings_key, trained_draft_key)
 from specref.apps.named_drafts import by_name
-from specref.apps.options import NEURAL_DRAFTS
 from specref.trees import Tree
-from specref.smollm2.draft import draft_sha256
 
 PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
@@ -89,8 +87,7 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
                                                                        demo.PILOT_SEED, pilot.K_CHOICES],
                                              "settings": settings_key("choice", Method(None, 0, temperature, top_p),
                                                                       bench.args, bench.model_name),
-                                             **({"neural_draft": draft_sha256(getattr(bench.args, "draft_file", None))}
-                                                if d in NEURAL_DRAFTS else {})},
+                                             **trained_draft_key(d, bench.args)},
                                             sort_keys=True).encode()).hexdigest()[:16]
             if (key, "choice") not in bench.stored:
                 if texts is None:

@@ -27,7 +27,7 @@ from specref.apps.timing import timed_generation
 from specref.proof.laws import ExpectedTokens
 from specref.runstats import RunStats
 from specref.trees import Tree
-from specref.smollm2.draft import draft_sha256, shipped_draft
+from specref.smollm2.draft import draft_sha256, neural_draft
 from specref.warps import Warp
 
 NGRAM_ORDER = 2  # the n-gram draft is a bigram (Witten-Bell backoff to the unigram)
@@ -158,9 +158,14 @@ def settings_key(kind: str, method: Method, args, model_name: str) -> str:
                 "problems_sha256": HUMANEVAL_SHA256, "ngram_order": NGRAM_ORDER,
                 "prompt_lookup_n": n, "stops": STOP_SEQUENCES, "body_indent": BODY_INDENT,
                 "blas_core": openblas_info()["core"] or "unknown"}
-    if method.draft in NEURAL_DRAFTS:  # the trained draft's file: a new shipped draft, or --draft-file, is another run
-        settings["neural_draft"] = draft_sha256(getattr(args, "draft_file", None))
+    settings.update(trained_draft_key(method.draft, args))
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def trained_draft_key(draft: str | None, args) -> dict:
+    """What names the trained draft in a stored result's key: for a draft that runs it (`NEURAL_DRAFTS`), its file's
+    SHA-256 (--draft-file, or the shipped one), so a new shipped draft or another file is another run; else {}."""
+    return {"neural_draft": draft_sha256(getattr(args, "draft_file", None))} if draft in NEURAL_DRAFTS else {}
 
 
 def results_path(json_path) -> pathlib.Path:
@@ -236,7 +241,7 @@ class Benchmark:
 
     def neural_draft(self):
         """The trained draft the neural drafts run: the file --draft-file names, or the shipped one."""
-        return shipped_draft(self.model, getattr(self.args, "draft_file", None))
+        return neural_draft(self.model, getattr(self.args, "draft_file", None))
 
     def record(self, record: dict) -> None:
         self.stored[(record["key"], record["task_id"])] = record
@@ -259,7 +264,7 @@ class Benchmark:
             for m in todo:
                 if m.draft is not None and m.draft not in drafts:
                     drafts[m.draft] = by_name(m.draft, self.V, lambda: self.solutions_of_others(problem.task_id),
-                                              NGRAM_ORDER, lookup_n(self.args), neural=lambda: self.neural_draft())
+                                              NGRAM_ORDER, lookup_n(self.args), neural=self.neural_draft)
                 verify = getattr(self.args, "verify", "token")
                 g = generate(self.prompt_ids[problem.task_id], self.model, drafts.get(m.draft), m,
                              self.args.max_new_tokens, self.tokenizer, method_rng(self.args.seed, problem.task_id, m),
