@@ -146,6 +146,16 @@ def priced_costs(score_ratio: dict, tree_score_ratio: dict | None = None) -> tup
     return dict(zip(ks, chain)), dict(zip(ks, tree_cost_curve(chain, tree_score_ratio or {}, ks)))
 
 
+def warped_costs(costs, warp: float) -> list[float]:
+    """The costs of calls that score 2, 3, ... rows (costs[i]: i + 2 rows: a chain of K = i + 1 drafts, or a tree of
+    N = i + 1 nodes, in decode steps) as a sampled loop pays them: each row it scores is also warped (temperature,
+    top-p), at `warp` decode steps a row (`specref.apps.costs.warp_ratio`), and so is the one row of the decode step
+    the costs are counted in: (cost + (i + 2) warp) / (1 + warp).  warp = 0 (greedy, nearly) leaves them as they are."""
+    if not (np.isfinite(warp) and warp >= 0):
+        raise ValueError(f"warp must be a finite cost >= 0 in decode steps, got {warp}")
+    return [(float(cost) + (i + 2) * warp) / (1.0 + warp) for i, cost in enumerate(costs)]
+
+
 def predicted_from_timings(alpha, gamma, draft_call, target_call, base_call):
     """walltime_improvement_measured with costs read off one measured run: c = draft_call /
     base_call and score_cost = target_call / base_call (at least 1: `plausible_score_cost`),

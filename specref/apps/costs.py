@@ -15,11 +15,17 @@ Medians over repeats, on the real model:
 - `mrs_ms`: one `specref.mrs.verify` call at K = 4, V = 49152;
 - `block_ms`: one `specref.mrs.verify_block` call on the same inputs;
 - `tree_score_ratio`: N -> (time to score a tree of N nodes in one call, `SmolLM2.score_tree`, with
-  the root's token not cached yet, as in speculative sampling) / (one decode step), N in TREE_SIZES,
-  timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
+  the root's token not cached yet, as in speculative sampling, then keep a path of it in the cache,
+  `SmolLM2.keep_path`, as the loop does after verifying) / (one decode step), N in `tree_sizes`
+  (TREE_SIZES by default), timed in the same rounds; `tree_score_ratio_rounds` their spread, as above;
 - `verify_tree_ms`: drawing -> one call of that tree verifier (`specref.verifiers.for_drawing`)
   on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
+
+`warp_ratio` is measured apart, per warp: what the loop pays to warp one row of the target's (or the
+draft's) probabilities (temperature, top-p) / one decode step.  A sampled run warps every row it
+scores, so a call scoring K + 1 rows pays K + 1 warps and a decode step one
+(`specref.speedup.warped_costs`).
 """
 
 import os
@@ -165,8 +171,9 @@ def tree_parents(N: int) -> list[int]:
 
 def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
     """"tree N" -> a function scoring a tree of N nodes after the cached PREFIX and one new token (the
-    root, not cached: in speculative sampling it is the last call's final token), for `timed_rounds`'
-    passes; none for a model without score_tree."""
+    root, not cached: in speculative sampling it is the last call's final token), then keeping the path
+    to its first node (as the loop keeps the accepted path), for `timed_rounds`' passes; none for a
+    model without score_tree."""
     if getattr(model, "score_tree", None) is None:
         return {}
     V, prefix, fresh = model.config.vocab_size, list(range(1000, 1000 + PREFIX)), [7000]
@@ -174,6 +181,7 @@ def tree_scoring_passes(model: SmolLM2, sizes=TREE_SIZES) -> dict:
     def score(N):
         fresh[0] = (fresh[0] + 1) % V                              # a root unlike the cached token
         model.score_tree(np.array(prefix + [fresh[0]]), np.arange(3000, 3000 + N) % V, tree_parents(N))
+        model.keep_path([0])
 
     return {f"tree {N}": (lambda N=N: score(N)) for N in sizes}
 
@@ -198,9 +206,27 @@ def verify_tree_ms(V: int, drawing: str, tree: str = VERIFY_TREE, repeats: int =
     return 1e3 * float(np.median(times))
 
 
-def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
-    """Decode step, weights-stream floor, scoring cost per K and per tree, and verify costs, measured now on this machine."""
-    trees = tree_scoring_passes(model)
+def warp_ratio(model: SmolLM2, warp, repeats: int = 21) -> float:
+    """What warping one row of the model's probabilities with `warp` costs / one decode step, measured now: the
+    medians of `repeats` warps of real rows (the model's after a fixed prompt) and as many decode steps, in turn."""
+    rows = model.next_probs(np.arange(1000, 1000 + PREFIX), 8)    # [8, V] real rows: the warp's work depends on them
+    warps, steps = [], []
+    for r in range(repeats):
+        t = time.perf_counter()
+        warp(rows[r % len(rows)][None])
+        warps.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        model.next_probs(np.arange(1000, 1000 + PREFIX + 1 + r), 1)  # one new token after the cached ones
+        steps.append(time.perf_counter() - t)
+    model.reset()
+    return float(np.median(warps) / np.median(steps))
+
+
+def measure_costs(model: SmolLM2, repeats: int = 7, tree_sizes=TREE_SIZES, warps: dict | None = None) -> dict:
+    """Decode step, weights-stream floor, scoring cost per K and per tree (of each size in `tree_sizes`), and verify
+    costs, measured now on this machine; with `warps` (name -> `specref.warps.Warp`) also `warp_ratio`: name -> what
+    warping one row costs / one decode step (`warp_ratio`)."""
+    trees = tree_scoring_passes(model, tree_sizes)
     rounds, pass_rounds = timed_rounds(model, repeats, passes={**stream_passes(model), **trees})
     tree_rounds = {int(name.split()[1]): pass_rounds.pop(name) for name in trees}   # N -> seconds per round
     stream_rounds = pass_rounds
@@ -232,6 +258,7 @@ def measure_costs(model: SmolLM2, repeats: int = 7) -> dict:
         "verify_tree_ms": (tree_ms := {drawing: verify_tree_ms(model.config.vocab_size, drawing)
                                        for drawing in DRAWINGS}),
         "verify_tree_fraction": {drawing: ms / decode for drawing, ms in tree_ms.items()},
+        "warp_ratio": {name: warp_ratio(model, w) for name, w in (warps or {}).items()},
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),
         "plan": model.fast.to_json() if model.fast is not None else "plain",

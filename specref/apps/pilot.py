@@ -15,11 +15,16 @@ the whole answer's.  This pilot instead reads the target's own text:
    chaining its own predictions past the target's last state, exactly as in a call that accepted
    them (`replay`).  accept[n, j - 1] = sum_x min(p(x), q(x)) at the j-th row, both warped as the
    run warps them: the chance that the j-th draft token is accepted given the first j - 1 were
-   (Definition 3.1, per position and depth instead of one average).  The rows are timed: c.
+   (Definition 3.1, per position and depth instead of one average).  The rows are timed as a call
+   meets them: at every TIMED_EVERY-th position the target first makes the decode step the loop
+   would have made just before (it streams the target's weights through the CPU's caches, and a
+   draft row read right after one costs about twice a row read after other draft rows), then the
+   draft decides how far to draft and computes its rows, each timed: c per row depth
+   (`Replay.c_by_depth`), the first row the dearest.
 3. The calls are followed in expectation over the completion (`call_mass`): a call that starts at
    n and drafts k tokens yields t <= k tokens with probability a_1..a_{t-1} (1 - a_t), and k + 1
-   with a_1..a_k; the next call starts t tokens later.  Each call costs k c plus the measured cost
-   of scoring k + 1 tokens (`chain_speedup`).  Correlations along the text (a copied line accepts
+   with a_1..a_k; the next call starts t tokens later.  Each call costs its k rows (c_1 + ... + c_k,
+   `draft_cost`) plus the measured cost of scoring k + 1 tokens (`chain_speedup`).  Correlations along the text (a copied line accepts
    run after run) are kept, which one average alpha loses.
 
 Greedy decoding with a deterministic draft has every accept 0 or 1, and the calls are then exactly
@@ -44,13 +49,14 @@ import numpy as np
 
 from specref import speedup
 from specref.sampling import check_tokens, draft_length, next_distributions
-from specref.trees import Tree, draw_children
+from specref.trees import Tree, draft_rows, draw_children
 from specref.warps import Warp
 
 K_CHOICES = 8    # K is chosen among 1..K_CHOICES
 TREE_DEPTHS = 4  # depths of a tree's profile measured (the root and depths 1 to 3), as demo.TREE_PILOT
 TREE_WIDTH = 4   # children ranked at each depth, and the widest node a chosen tree may have
 TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
+TIMED_EVERY = 4  # the draft's rows are timed at every 4th position of a pilot text, each after a target decode step
 
 
 @dataclass
@@ -62,10 +68,13 @@ class Replay:
     tree_sums: np.ndarray = field(default_factory=lambda: np.zeros((TREE_DEPTHS, TREE_WIDTH)))  # chances by
                                                  # [depth, rank], each weighted by the chance the walk got there
     tree_weights: np.ndarray = field(default_factory=lambda: np.zeros(TREE_DEPTHS))  # [depth] the weights' sums
-    draft_seconds: float = 0.0   # time of the draft's rows (warped as the run warps them)
-    rows: int = 0                # rows drafted
+    draft_seconds: float = 0.0   # time of the timed rows (warped as the run warps them; module docstring, step 2)
+    rows: int = 0                # rows timed
     decode_seconds: float = 0.0  # the target's decode steps in the pilot's ArS runs, their time in all
     decode_steps: int = 0        # and their number: c's unit is their mean
+    depth_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [j]: time of the timed rows at depth
+                                 # j + 1 of a call (the first's with the draft's decision how far to draft)
+    depth_rows: np.ndarray = field(default_factory=lambda: np.zeros(0))     # [j]: how many rows that was
 
     @property
     def c(self) -> float:
@@ -73,6 +82,14 @@ class Replay:
         if not self.rows or not self.decode_steps or not self.decode_seconds > 0:
             raise ValueError("the replay has no timed rows or no decode step to compare them with")
         return self.draft_seconds / self.rows / (self.decode_seconds / self.decode_steps)
+
+    @property
+    def c_by_depth(self) -> list[float]:
+        """[j]: the draft's row at depth j + 1 of a call / one decode step, for the depths timed (their first rows
+        after a target call, as the loop meets them); [c] where the replay timed no depth apart."""
+        c = self.c                                                # raises where nothing was timed
+        step = self.decode_seconds / self.decode_steps
+        return [float(s / n / step) for s, n in zip(self.depth_seconds, self.depth_rows) if n > 0] or [c]
 
     @property
     def alpha(self) -> float:
@@ -100,7 +117,8 @@ class Replay:
         return Replay(self.accept + other.accept, self.drafted + other.drafted, self.tree_sums + other.tree_sums,
                       self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
                       self.rows + other.rows, self.decode_seconds + other.decode_seconds,
-                      self.decode_steps + other.decode_steps)
+                      self.decode_steps + other.decode_steps, _plus(self.depth_seconds, other.depth_seconds),
+                      _plus(self.depth_rows, other.depth_rows))
 
     @staticmethod
     def pooled(replays: "list[Replay]") -> "Replay":
@@ -108,6 +126,24 @@ class Replay:
         if not replays:
             raise ValueError("no replay to pool: the pilot read no completion")
         return functools.reduce(Replay.add, replays)
+
+
+def _plus(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # [m], [n] -> [max(m, n)]: summed, the shorter padded with 0
+    out = np.zeros(max(len(a), len(b)))
+    out[:len(a)] += a
+    out[:len(b)] += b
+    return out
+
+
+def draft_cost(c, k: int) -> float:
+    """What drafting k rows costs, in decode steps: k c for one c per row, or c[0] + ... + c[k - 1] for costs by row
+    depth (`Replay.c_by_depth`; depths past the last timed cost as the last)."""
+    if np.ndim(c) == 0:
+        return k * float(c)
+    c = [float(v) for v in c]
+    if not c:
+        raise ValueError("no draft cost per row depth: need at least one")
+    return sum(c[:k]) + max(0, k - len(c)) * c[-1]
 
 
 def call_mass(accept: np.ndarray, drafted: np.ndarray) -> np.ndarray:  # [L, >= k], [L] -> [L]
@@ -131,9 +167,10 @@ def call_mass(accept: np.ndarray, drafted: np.ndarray) -> np.ndarray:  # [L, >= 
     return mass[:L]
 
 
-def chain_speedup(replay: Replay, K: int, c: float, costs) -> float:
+def chain_speedup(replay: Replay, K: int, c, costs) -> float:
     """The predicted speedup over ArS of a chain of at most K drafts: tokens over the calls' cost in decode
-    steps, each call k c + costs[k - 1] (scoring k + 1 tokens; a call that drafts nothing is one decode step)."""
+    steps, each call draft_cost(c, k) + costs[k - 1] (k rows drafted, then k + 1 tokens scored; a call that drafts
+    nothing is one decode step).  c: one draft row's cost, or the costs by row depth (`draft_cost`)."""
     costs = np.asarray(costs, dtype=np.float64)
     if not 1 <= K <= len(costs):
         raise ValueError(f"K = {K}: the scoring costs cover K = 1 to {len(costs)}")
@@ -142,16 +179,17 @@ def chain_speedup(replay: Replay, K: int, c: float, costs) -> float:
     if any(a.shape[1] < K for a in replay.accept):
         raise ValueError(f"K = {K} is more than the {replay.accept[0].shape[1]} rows the replay drafted per call")
     score = np.concatenate([[1.0], costs])          # score[k]: a call that drafted k tokens
+    drafting = np.array([draft_cost(c, k) for k in range(K + 1)])  # drafting[k]: its k rows
     tokens = cost = 0.0
     for accept, drafted in zip(replay.accept, replay.drafted):
         k = drafted[:, K - 1]
         mass = call_mass(accept, k)
         tokens += len(k)
-        cost += float(mass @ (k * c + score[k]))
+        cost += float(mass @ (drafting[k] + score[k]))
     return tokens / cost
 
 
-def best_K(replay: Replay, c: float, costs) -> tuple[int, float]:
+def best_K(replay: Replay, c, costs) -> tuple[int, float]:
     """(K, predicted speedup) for the K in 1..len(costs) that `chain_speedup` predicts fastest (the smallest on ties)."""
     k_max = min(len(costs), min(a.shape[1] for a in replay.accept))
     pred = [chain_speedup(replay, K, c, costs) for K in range(1, k_max + 1)]
@@ -160,16 +198,21 @@ def best_K(replay: Replay, c: float, costs) -> tuple[int, float]:
 
 
 def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: str | None = None,
-           rng: np.random.Generator | None = None, decode_seconds: float = 0.0, decode_steps: int = 0) -> Replay:
+           rng: np.random.Generator | None = None, decode_seconds: float = 0.0, decode_steps: int = 0,
+           timed_every: int = TIMED_EVERY) -> Replay:
     """Replay `draft` over the target's own `completion` of `prompt` (module docstring, step 2).
 
     Every call position n of the completion gets up to k_max rows; drawing (a tree's way of drawing
     children, `specref.trees.draw_children`, or None) also measures a tree's chances by rank at depths
     0 to TREE_DEPTHS - 1.  A target with a KV cache (`target.cache`) is rolled back so that at each call
     it holds exactly what it would hold then: the draft reads the target's states only from there.
+    At positions n divisible by timed_every the rows are timed as a call meets them: right after the
+    target's decode step of the token before (module docstring); the other positions are not timed.
     decode_seconds, decode_steps: the target's time and steps in the ArS run that sampled the completion
     (their mean is the unit of c; `Replay.add` pools them over completions)."""
     prompt, completion = check_tokens(prompt, name="the prompt"), check_tokens(completion, name="the completion")
+    if int(timed_every) != timed_every or timed_every < 1:
+        raise ValueError(f"timed_every must be a whole number >= 1, got {timed_every}")
     full = np.concatenate([prompt, completion])
     P, L = len(prompt), len(completion)
     q = warp(next_distributions(target, full, L + 1)[:L])      # [L, V] q[i]: the target's row for completion token i
@@ -180,21 +223,24 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     reach_at = np.zeros((L, TREE_DEPTHS))                   # [n, depth] the chance the walk got there
     candidates = getattr(draft, "candidates", None) if drawing == "topk" else None
     rng = rng if rng is not None else np.random.default_rng(0)
-    seconds, rows = 0.0, 0
+    depth_seconds, depth_rows = np.zeros(k_max), np.zeros(k_max)
     for n in range(L - 1, -1, -1):                          # later calls first: the cache only shrinks
         t = P + n                                           # the call's first draft token
-        if cache is not None and cache.length > t - 1:
-            cache.rollback(cache.length - (t - 1))
-        for K in range(1, k_max + 1):
-            drafted[n, K - 1] = draft_length(draft, full[:t], K)
-        reach = 1.0
+        timed = n % timed_every == 0 and t >= 2
+        if cache is not None and cache.length > t - 1 - timed:
+            cache.rollback(cache.length - (t - 1 - timed))
+        if timed:                                           # the loop's target call just before this one
+            next_distributions(target, full[:t - 1], 1)
+            start = time.perf_counter()
+            drafted[n, k_max - 1] = draft_length(draft, full[:t], k_max)
+            depth_seconds[0] += time.perf_counter() - start  # deciding how far to draft is part of drafting
+        reach, rows = 1.0, []
         for j in range(1, min(k_max, L - n) + 1):
             context = full[:t + j - 1]
             start = time.perf_counter()
             raw = next_distributions(draft, context, 1)[0]
             p = warp(raw[None])[0]
-            seconds += time.perf_counter() - start
-            rows += 1
+            rows.append(time.perf_counter() - start)
             accept[n, j - 1] = float(np.minimum(p, q[n + j - 1]).sum())
             d = j - 1
             if drawing is not None and d < TREE_DEPTHS and reach > 0:
@@ -206,12 +252,18 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
                 chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
                 reach_at[n, d] = reach
             reach *= accept[n, j - 1]
+        if timed:
+            depth_seconds[:len(rows)] += rows
+            depth_rows[:len(rows)] += 1
+        for K in range(1, k_max + 1 - timed):
+            drafted[n, K - 1] = draft_length(draft, full[:t], K)
     # Calls do not start at every position: one that accepts a run of drafts skips it, so the positions
     # after a rejection start more calls than those inside a copied run.  Each position's chances count
     # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`).
     starts = call_mass(accept, drafted[:, k_max - 1])        # [L]
     sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
-    return Replay([accept], [drafted], sums, weights, seconds, rows, decode_seconds, decode_steps)
+    return Replay([accept], [drafted], sums, weights, float(depth_seconds.sum()), int(depth_rows.sum()),
+                  decode_seconds, decode_steps, depth_seconds, depth_rows)
 
 
 # ---------------------------------------------------------------- the chances of a tree's children
@@ -252,7 +304,7 @@ class KChoice:
 
     K: int
     alpha: float  # measured in the pilot (one step ahead, averaged over its text)
-    c: float  # one draft step / one decode step, measured in the pilot
+    c: float  # one draft step / one decode step, measured in the pilot (a replayed choice: its first row's, `Replay.c_by_depth`)
     predicted: float  # the a-priori prediction: the model's speedup at K from the pilot and the scoring costs
                       # measured before the run (the table's "predicted")
     needed: float  # the smallest alpha at which some K pays (`speedup.alpha_needed`: one alpha for every token)
@@ -276,11 +328,12 @@ class KChoice:
 
 
 def choose_K_replayed(replay: Replay, costs: list[float]) -> KChoice:
-    """K predicted fastest (`specref.apps.pilot.best_K`) from a draft's replay over the pilot's text and the
-    measured scoring costs; alpha and c in the choice are the replay's."""
-    c = replay.c
+    """K predicted fastest (`specref.apps.pilot.best_K`) from a draft's replay over the pilot's text, its rows'
+    costs by depth (`Replay.c_by_depth`) and the measured scoring costs; alpha in the choice is the replay's, c its
+    first row's (the one every call that drafts pays)."""
+    c = replay.c_by_depth
     K, predicted = best_K(replay, c, costs)
-    return KChoice(K, replay.alpha, c, predicted, speedup.alpha_needed(c, costs), replayed=True)
+    return KChoice(K, replay.alpha, c[0], predicted, speedup.alpha_needed(c[0], costs), replayed=True)
 
 
 def tree_shapes(max_nodes: int = K_CHOICES, max_width: int = TREE_WIDTH) -> list[str]:
@@ -307,7 +360,7 @@ class TreeChoice:
     tree: str  # the best shape of `tree_shapes()`
     drawing: str
     profile: list  # chances by rank at each depth, measured in the pilot (`specref.apps.pilot`)
-    c: float  # one draft row / one decode step, measured in the pilot
+    c: float  # one draft row / one decode step, measured in the pilot (replayed: the first row's, `Replay.c_by_depth`)
     predicted: float  # the a-priori prediction: the model's speedup for that tree from the pilot's chances and c
                       # and the scoring costs measured before the run (the table's "predicted")
     chain: "KChoice | None" = None  # the chain chosen for the same draft and setting, to compare with
@@ -326,17 +379,22 @@ class TreeChoice:
 
 def choose_tree_replayed(replay: Replay, drawing: str, costs: list[float], chain: KChoice | None = None
                          ) -> TreeChoice:
-    """`best_tree` with the chances by rank and c of a draft's replay over the pilot's text."""
-    return best_tree(replay.profile, drawing, replay.c, costs, chain)
+    """`best_tree` with the chances by rank and the rows' costs by depth of a draft's replay over the pilot's text."""
+    return best_tree(replay.profile, drawing, replay.c_by_depth, costs, chain)
 
 
-def best_tree(profile, drawing: str, c: float, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
+def best_tree(profile, drawing: str, c, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
     """The tree of `tree_shapes()` that `speedup.tree_walltime_improvement` predicts fastest from chances by rank
-    at each depth (`profile`), c and the scoring costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve`
-    prices it where the tree's own cost was measured, else a chain of N + 1 tokens)."""
+    at each depth (`profile`), the draft's cost per row (c, or its costs by row depth: `draft_cost`) and the scoring
+    costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve` prices it where the tree's own cost was
+    measured, else a chain of N + 1 tokens)."""
     profile = profile or [0.0]
-    best = max(tree_shapes(len(costs)), key=lambda n: (speedup.tree_walltime_improvement(
-        Tree.parse(n).parents, profile, c, costs[Tree.parse(n).size - 1]), -Tree.parse(n).size))
-    tree = Tree.parse(best)
-    return TreeChoice(best, drawing, profile, c,
-                      speedup.tree_walltime_improvement(tree.parents, profile, c, costs[tree.size - 1]), chain)
+
+    def predicted(name: str) -> float:
+        tree = Tree.parse(name)
+        rows = draft_rows(tree.parents)
+        return speedup.tree_walltime_improvement(tree.parents, profile, draft_cost(c, rows) / max(rows, 1),
+                                                 costs[tree.size - 1])
+
+    best = max(tree_shapes(len(costs)), key=lambda n: (predicted(n), -Tree.parse(n).size))
+    return TreeChoice(best, drawing, profile, float(draft_cost(c, 1)), predicted(best), chain)

@@ -14,7 +14,7 @@ from specref import speedup
 from specref.apps import demo, sandbox
 from specref.apps import humaneval as he  # the command: add_arguments, run (and measure_costs, which run calls)
 from specref.apps.humaneval import runner  # run_methods makes its drafts with runner.by_name
-from specref.apps.humaneval.choices import GREEDY, NUCLEUS, PILOT_PROBLEMS, pilot_problems
+from specref.apps.humaneval.choices import GREEDY, NUCLEUS, PILOT_PROBLEMS, pilot_problems, setting_warps
 from specref.apps.humaneval.problems import (BODY_INDENT, HUMANEVAL_SHA256, STOP_SEQUENCES, check_completion,
                                              load_problems, parse_problems, program_text, truncate_at_stop)
 from specref.trees import Tree
@@ -411,9 +411,9 @@ def test_records_stored_before_draft_lengths_were_counted_count_every_call_at_K(
     assert (n, passed) == (2, 1) and total.loops == 7 and total.calls_by_drafted == [1, 0, 2 + 4]
 
 
-def fake_costs(ratio):
+def fake_costs(ratio, warp=0.0):
     return {"score_ratio": {K: ratio(K) for K in range(1, 9)}, "tree_score_ratio": {4: ratio(4), 8: ratio(8)},
-            "decode_ms_per_token": 10.0}
+            "decode_ms_per_token": 10.0, "warp_ratio": {name: warp for name in setting_warps()}}
 
 
 def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path, code_model, monkeypatch):
@@ -422,10 +422,12 @@ def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path,
     timings on this cheap target would decide whether one does, so the test makes it pay with a free draft;
     test_demo_trees covers none paying)."""
     tree_pays = True
-    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats, **_: fake_costs(lambda K: 1.0))
     choose = demo.choose_tree_replayed
     monkeypatch.setattr(demo, "choose_tree_replayed", lambda replay, drawing, costs, chain: choose(
-        dataclasses.replace(replay, draft_seconds=0.0 if tree_pays else 1e6), drawing, costs, chain))
+        dataclasses.replace(replay, draft_seconds=0.0 if tree_pays else 1e6,
+                            depth_seconds=replay.depth_seconds * 0.0 if tree_pays else replay.depth_seconds + 1e6),
+        drawing, costs, chain))
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]
     assert he.run(parse(argv), model=code_model) == 0
@@ -440,7 +442,7 @@ def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path,
     records = [json.loads(line) for line in (tmp_path / "he.jsonl").read_text().splitlines()]
     assert sum(r["task_id"] == "choice" for r in records) == 2
     code_model.calls = 0
-    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.5 + K))  # measured anew
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats, **_: fake_costs(lambda K: 1.5 + K, 0.1))  # measured anew
     assert he.run(parse(argv), model=code_model) == 0          # resumed: the stored choices, nothing run again
     assert code_model.calls == 0 and json.loads(out.read_text())["choices"] == choices
 
@@ -521,7 +523,7 @@ def test_the_table_labels_the_prediction_and_the_model_check():
 
 def test_a_run_stores_the_predictions_and_a_resumed_old_file_says_it_has_none(tmp_path, code_model, monkeypatch,
                                                                                capsys):
-    monkeypatch.setattr(he, "measure_costs", lambda model, repeats: fake_costs(lambda K: 1.0))
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats, **_: fake_costs(lambda K: 1.0))
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5"]
     assert he.run(parse(argv), model=code_model) == 0

@@ -88,7 +88,7 @@ from specref.fast import load_fast
 from specref.fast.blas import describe_kernels, openblas_info
 from specref.apps import options, sandbox
 from specref.apps.costs import measure_costs
-from specref.apps.humaneval.choices import PILOT_PROBLEMS, choose, methods_for, sweep_methods
+from specref.apps.humaneval.choices import PILOT_PROBLEMS, TREE_SIZES, choose, methods_for, setting_warps, sweep_methods
 from specref.apps.humaneval.problems import STOP_SEQUENCES, load_problems
 from specref.apps.humaneval.report import (REPORT_FORMAT, OLD_CHOICE, add_bench_model_check, format_sweep,
                                            format_table, parity, summarize, sweep_rows)
@@ -180,10 +180,13 @@ def run(args, model=None) -> int:
     costs = None
     if not args.no_bench_costs:
         print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")
-        costs = measure_costs(model, repeats=5)
+        costs = measure_costs(model, repeats=5, tree_sizes=TREE_SIZES, warps=setting_warps())
         report["costs"] = costs
         print("  scoring K + 1 tokens, in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in
                                                                        costs["score_ratio"].items()))
+        print("  scoring a tree of N nodes and keeping a path: " + ", ".join(f"N={n} {v:.2f}" for n, v in
+                                                                            costs["tree_score_ratio"].items()))
+        print("  warping one row: " + ", ".join(f"{name} {v:.3f}" for name, v in costs["warp_ratio"].items()))
     if Ks:
         methods = sweep_methods(drafts, Ks)
         keys = bench.run_methods("sweep", methods, execute=False, stop=False)

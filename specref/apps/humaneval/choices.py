@@ -17,10 +17,22 @@ from specref.apps.humaneval.runner import (NGRAM_ORDER, Benchmark, Method, gener
                                            settings_key, trained_draft_key)
 from specref.apps.named_drafts import by_name
 from specref.trees import Tree
+from specref.warps import Warp
 
 PREDICTIONS = ("predicted_K", "predicted_tree")  # a choice's a-priori predictions (absent from older choice records)
 NUCLEUS = (0.8, 0.95)  # Chen Table 1, HumanEval: temperature 0.8, top-p 0.95
 GREEDY = (0.0, None)
+TREE_SIZES = tuple(range(2, pilot.K_CHOICES + 1))  # trees whose scoring the run measures: every size a choice may take
+
+
+def setting_name(temperature: float, top_p: float | None) -> str:
+    """How a setting is named in the log and in the costs' `warp_ratio`: "greedy" or "T 0.8, top-p 0.95"."""
+    return "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
+
+
+def setting_warps() -> dict:
+    """setting name -> its warp, for the two settings a run samples with (`measure_costs`' warps)."""
+    return {setting_name(T, p): Warp(T, None, p) for T, p in (NUCLEUS, GREEDY)}
 
 
 def methods_for(drafts: Iterable[str], K, tree: str | None = None) -> list[Method]:
@@ -65,7 +77,8 @@ def pilot_problems(problems: list[Problem]) -> list[Problem]:
 def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict]:
     """(draft, temperature, top_p) -> {"K", "tree", "why_K", "why_tree", "predicted_K", "predicted_tree"}: K and a
     tree (None where none pays) per draft and setting, chosen before the run (`demo.choose_K_replayed`,
-    `demo.choose_tree_replayed`) from the run's measured scoring costs (as `speedup.priced_costs` prices them) and
+    `demo.choose_tree_replayed`) from the run's measured scoring costs (as `speedup.priced_costs` prices them, then
+    with the setting's warp of every row scored: `speedup.warped_costs` with the costs' `warp_ratio`) and
     each draft replayed over the pilot's text
     (`specref.apps.pilot`): the target's own completions of PILOT_PROBLEMS problems spread over the run's
     (`pilot_problems`), sampled by ArS with
@@ -75,16 +88,23 @@ def choose(bench: Benchmark, drafts: list[str], costs: dict) -> dict[tuple, dict
     under the K and tree it chose).  A choice stored before its predictions were (an older results file) has
     predicted_K and predicted_tree None: its rows then have no a-priori prediction, and say why."""
     chain, tree = speedup.priced_costs(costs["score_ratio"], costs.get("tree_score_ratio"))
-    scoring, tree_scoring = [chain[K] for K in sorted(chain)], [tree[N] for N in sorted(tree)]  # K, N = 1, 2, ...
     problems = pilot_problems(bench.problems)
     out = {}
     for temperature, top_p in (NUCLEUS, GREEDY):
-        setting = "greedy" if temperature == 0 else f"T {temperature:g}, top-p {top_p:g}"
+        setting = setting_name(temperature, top_p)
+        if setting not in costs.get("warp_ratio", {}):
+            raise ValueError(f"the measured costs have no warp cost for {setting}: measure them with "
+                             f"measure_costs(..., warps=setting_warps())")
+        w = costs["warp_ratio"][setting]
+        scoring = speedup.warped_costs([chain[K] for K in sorted(chain)], w)       # K = 1, 2, ...
+        tree_scoring = speedup.warped_costs([tree[N] for N in sorted(tree)], w)    # N = 1, 2, ...
         texts = None
         for d in drafts:
             key = hashlib.sha256(json.dumps({"kind": "choice", "draft": d, "temperature": temperature,
                                              "top_p": top_p, "pilot": ["replay", [p.task_id for p in problems],
-                                                                       demo.PILOT_SEED, pilot.K_CHOICES],
+                                                                       demo.PILOT_SEED, pilot.K_CHOICES,
+                                                                       "rows timed after a target call",
+                                                                       pilot.TIMED_EVERY, "warped calls"],
                                              "settings": settings_key("choice", Method(None, 0, temperature, top_p),
                                                                       bench.args, bench.model_name),
                                              **trained_draft_key(d, bench.args)},
