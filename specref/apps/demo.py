@@ -20,7 +20,8 @@ first completes the prompt alone (ArS, the run's warp and length, seed + PILOT_S
 text, `pilot_completion`; PILOT_SAMPLES such completions at successive seeds for a sampled setting,
 one for greedy: `pilot_texts`); each draft is replayed over that text as drafting would meet it
 (`specref.apps.pilot.replay`), and the K that the calls followed in expectation over it, with the
-cost of scoring K + 1 tokens measured on this CPU at the start of the run, predict fastest is taken
+cost of scoring K + 1 tokens measured on this CPU at the start of the run (and, for a sampled setting,
+of warping each row scored: `specref.speedup.warped_costs`), predict fastest is taken
 (`choose_K_replayed`).  Where no K pays the run says so and gives the alpha the draft would need.
 On a CPU where scoring a few tokens costs far more than one decode step (NumPy's BLAS without
 AVX-512 packs every small product), K is the whole story.  `--K` forces one K.  (`choose_K` is
@@ -60,7 +61,7 @@ from specref import speedup, verifiers
 from specref.apps import options, pilot
 from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, best_tree, choose_K_replayed,
                                 choose_tree_replayed, root_chances)
-from specref.apps.costs import scoring_and_stream_ms
+from specref.apps.costs import scoring_and_stream_ms, warp_ratio
 from specref.apps.named_drafts import DRAFTS, by_name, check_draft_file
 from specref.smollm2.draft import neural_draft
 from specref.fast import load_fast
@@ -432,10 +433,11 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
                 if texts is None:
                     log(f"pilot: the target's own completion{'s' if temperature else ''} of the prompt, {label} ...")
                     texts = pilot_texts(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
+                    warped = speedup.warped_costs(costs, warp_ratio(model, Warp(temperature, None, top_p)))
                 replayed = pilot.Replay.pooled([replay_draft(model, prompt_ids, text.tokens, text.stats,
                                                              demo_draft(model, prompt_ids, name, None, draft_file), name,
                                                              temperature, top_p, seed) for text in texts])
-                choice = choose_K_replayed(replayed, costs)
+                choice = choose_K_replayed(replayed, warped)
                 k, why = choice.K, choice.why()
             log(f"\n--- SpS with {name} draft, {verify} verification, K={k}, {label} ---")
             r = generate(model, prompt_ids, "SpS", name, k, temperature, top_p, max_new_tokens, seed, eos, printer,
@@ -449,7 +451,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             drawing = tree_drawing(name, temperature)
             shape, why_tree = (Tree.parse(tree, drawing) if tree else None), ""
             if tree is None and K is None:  # a tree where one pays, by the same measured costs
-                tree_choice = choose_tree_replayed(replayed, drawing, costs, choice)
+                tree_choice = choose_tree_replayed(replayed, drawing, warped, choice)
                 why_tree = tree_choice.why()
                 shape = Tree.parse(tree_choice.tree, drawing) if tree_choice.pays else None
                 if shape is None:

@@ -51,12 +51,24 @@ def fake_generate(run_alpha, run_profile):
     return generate
 
 
-def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None):
+def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None, settings=((0.0, None),), warp=0.0):
+    monkeypatch.setattr(demo, "warp_ratio", lambda model, w: warp)   # warping a row: `warp` decode steps
     monkeypatch.setattr(demo, "generate", fake_generate(run_alpha, run_profile))
     monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
     monkeypatch.setattr(demo, "replay_draft", lambda *a, **k: fake_replay())
-    return demo.run_workloads(None, [1, 2, 3], [(0.0, None)], ["prompt-lookup"], K, 8, 0, log=lambda *a: None,
+    return demo.run_workloads(None, [1, 2, 3], list(settings), ["prompt-lookup"], K, 8, 0, log=lambda *a: None,
                               costs=COSTS, tree=tree)
+
+
+def test_a_sampled_settings_prediction_prices_the_warp_of_every_row_scored(monkeypatch):
+    """Under sampling each row the target scores is warped too: the choice is made with the scoring costs as
+    `speedup.warped_costs` prices them at the measured warp (control: a free warp gives the unwarped prediction)."""
+    c = PILOT_DRAFT_MS / DECODE_MS
+    for warp in (0.0, 0.1):
+        ars, chain, *_ = workloads(monkeypatch, 0.3, [[0.2, 0.1, 0.0, 0.0]], settings=[(0.8, 0.95)], warp=warp)
+        K, before = pilot.best_K(fake_replay(), c, speedup.warped_costs(COSTS, warp))
+        assert chain.K == K and chain.apriori == pytest.approx(before)
+    assert before < pilot.best_K(fake_replay(), c, COSTS)[1]
 
 
 @pytest.mark.parametrize("run_alpha, run_profile", [(0.3, [[0.2, 0.1, 0.0, 0.0]]), (0.6, [[0.5, 0.2, 0.0, 0.0]])])
@@ -122,6 +134,7 @@ def test_a_sampled_setting_pools_several_pilot_completions_and_greedy_takes_one(
     PILOT_SAMPLES completions at successive seeds for a sampled setting, and each draft's choice is made on all of
     them (the pooled replay); a greedy completion is the same at every seed, so it takes one."""
     seeds, replayed = [], []
+    monkeypatch.setattr(demo, "warp_ratio", lambda model, w: 0.0)
     monkeypatch.setattr(demo, "generate", fake_generate(0.3, [[0.2, 0.1, 0.0, 0.0]]))
     monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
     monkeypatch.setattr(demo, "pilot_completion", lambda model, ids, T, p, n, seed, eos=None:

@@ -447,6 +447,23 @@ def test_K_and_the_tree_are_chosen_per_draft_stored_and_kept_on_resume(tmp_path,
     assert code_model.calls == 0 and json.loads(out.read_text())["choices"] == choices
 
 
+def test_the_choices_price_the_warp_of_every_row_and_refuse_costs_without_it(tmp_path, code_model, monkeypatch):
+    """A sampled loop warps every row it scores: with warping a row at 0.3 decode steps, every choice predicts less
+    than with a free warp (control); costs measured without the warps' cost are refused, not priced as free."""
+    argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--timeout", "5"]
+    predicted = {}
+    for warp in (0.0, 0.3):
+        monkeypatch.setattr(he, "measure_costs", lambda model, repeats, warp=warp, **_: fake_costs(lambda K: 1.0, warp))
+        out = tmp_path / f"he{warp}.json"
+        assert he.run(parse(argv + ["--json", str(out)]), model=code_model) == 0
+        predicted[warp] = [c["predicted_K"] for c in json.loads(out.read_text())["choices"]]
+    assert all(dear < free for dear, free in zip(predicted[0.3], predicted[0.0])) and len(predicted[0.0]) == 2
+    monkeypatch.setattr(he, "measure_costs", lambda model, repeats, **_: {
+        k: v for k, v in fake_costs(lambda K: 1.0).items() if k != "warp_ratio"})
+    with pytest.raises(ValueError, match="no warp cost for T 0.8, top-p 0.95"):
+        he.run(parse(argv + ["--json", str(tmp_path / "none.json")]), model=code_model)
+
+
 def test_tree_and_K_forced_run_both_rows_and_keep_the_chains_keys(tmp_path, code_model):
     out = tmp_path / "he.json"
     argv = ["--limit", "1", "--max-new-tokens", "12", "--drafts", "prompt-lookup", "--json", str(out), "--timeout", "5",

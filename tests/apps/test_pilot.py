@@ -11,7 +11,7 @@ from specref import speedup
 from specref.apps import demo, pilot
 from specref.drafts import NGramDraft, PromptLookupDraft
 from specref.runstats import RunStats
-from specref.sampling import autoregressive_sampling, speculative_sampling
+from specref.sampling import autoregressive_sampling, next_distributions, speculative_sampling
 from specref.smollm2.draft import shipped_draft
 from specref.warps import Warp, Warped
 
@@ -159,3 +159,77 @@ def test_pooled_replays_measure_c_against_the_mean_decode_step_of_every_pilot_te
         pilot.Replay.pooled([])
     with pytest.raises(ValueError, match="no decode step"):
         _ = pilot.Replay([np.ones((4, 1))], [np.ones((4, 1), np.int64)], draft_seconds=0.2, rows=1).c
+
+
+# ---- what a call costs: the draft's rows by depth, timed as the loop meets them ---------------------------------
+
+def test_a_draft_cost_by_row_depth_sums_the_rows_drafted():
+    assert pilot.draft_cost(0.1, 3) == pytest.approx(0.3)
+    assert pilot.draft_cost([0.2, 0.1], 1) == pytest.approx(0.2)
+    assert pilot.draft_cost([0.2, 0.1], 3) == pytest.approx(0.4)   # past the depths timed: the last depth's cost
+    assert pilot.draft_cost([0.2, 0.1], 0) == 0.0
+    with pytest.raises(ValueError, match="at least one"):
+        pilot.draft_cost([], 2)
+
+
+def test_a_call_pays_its_rows_by_depth_so_a_dear_first_row_weighs_on_short_calls():
+    """Every draft rejected, every call drafting K: each call yields one token and costs its K rows plus scoring
+    K + 1 tokens.  Rows costing 0.3 then 0.1 cost a call of 2 what two rows of 0.2 cost (control: the same
+    prediction), and a call of 1 what one row of 0.3 costs, not 0.2."""
+    L, costs = 100, [1.1, 1.2]
+    rep = pilot.Replay([np.zeros((L, 2))], [np.tile([1, 2], (L, 1))], draft_seconds=1.0, rows=1,
+                       decode_seconds=1.0, decode_steps=1)
+    assert pilot.chain_speedup(rep, 2, [0.3, 0.1], costs) == pytest.approx(1 / (0.4 + 1.2))
+    assert pilot.chain_speedup(rep, 2, [0.3, 0.1], costs) == pytest.approx(pilot.chain_speedup(rep, 2, 0.2, costs))
+    assert pilot.chain_speedup(rep, 1, [0.3, 0.1], costs) == pytest.approx(1 / (0.3 + 1.1))
+    assert pilot.chain_speedup(rep, 1, 0.2, costs) == pytest.approx(1 / (0.2 + 1.1))
+
+
+class Logged:
+    """A model whose calls are written to a shared log as (name, number of tokens given)."""
+
+    def __init__(self, model, name, log):
+        self.model, self.name, self.log = model, name, log
+
+    def next_probs(self, tokens, k):
+        self.log.append((self.name, len(tokens)))
+        return next_distributions(self.model, tokens, k)
+
+
+@pytest.mark.parametrize("every", [1, 3])
+def test_the_replay_times_a_calls_rows_right_after_the_target_call_before_it(every):
+    """At every `every`-th position the target first scores the token before the call (the loop's last target
+    call), then the draft computes that call's rows, nothing in between; the rows timed there are counted by depth.
+    Control: the positions in between are not timed and have no target call of their own."""
+    target, draft = toy_models()
+    log = []
+    prompt, completion = np.array([1, 2, 3, 4]), np.array([5, 6, 7, 0, 1, 2, 3])
+    P, L, k_max = len(prompt), len(completion), 3
+    rep = pilot.replay(Logged(target, "target", log), Logged(draft, "draft", log), prompt, completion, Warp(1.0),
+                       k_max, timed_every=every)
+    assert log[0] == ("target", P + L)                       # the teacher-forced rows of the whole completion
+    calls = log[1:]
+    for n in range(L - 1, -1, -1):                           # later positions first, as the replay goes
+        t, rows = P + n, min(k_max, L - n)
+        expect = ([("target", t - 1)] if n % every == 0 else []) + [("draft", t + j) for j in range(rows)]
+        assert calls[:len(expect)] == expect
+        calls = calls[len(expect):]
+    assert calls == []
+    timed = [n for n in range(L) if n % every == 0]
+    assert list(rep.depth_rows) == [sum(min(k_max, L - n) > j for n in timed) for j in range(k_max)]
+    assert rep.rows == sum(rep.depth_rows) and rep.draft_seconds == pytest.approx(sum(rep.depth_seconds))
+    with pytest.raises(ValueError, match="timed_every must be a whole number >= 1"):
+        pilot.replay(target, draft, prompt, completion, Warp(1.0), k_max, timed_every=0)
+
+
+def test_costs_by_depth_are_pooled_over_completions_and_measured_in_decode_steps():
+    one = pilot.Replay([np.ones((4, 2))], [np.ones((4, 2), np.int64)], draft_seconds=0.5, rows=3, decode_seconds=1.0,
+                       decode_steps=1, depth_seconds=np.array([0.3, 0.2]), depth_rows=np.array([2, 1]))
+    two = pilot.Replay([np.ones((4, 2))], [np.ones((4, 2), np.int64)], draft_seconds=0.1, rows=1, decode_seconds=1.0,
+                       decode_steps=1, depth_seconds=np.array([0.1]), depth_rows=np.array([1]))
+    both = one.add(two)
+    assert both.c_by_depth == pytest.approx([0.4 / 3 / 1.0, 0.2 / 1 / 1.0])   # the decode step: 2 s over 2 steps
+    assert two.c_by_depth == pytest.approx([0.1]) and both.c == pytest.approx(0.6 / 4)
+    flat = pilot.Replay([np.ones((4, 2))], [np.ones((4, 2), np.int64)], draft_seconds=0.2, rows=1, decode_seconds=1.0,
+                        decode_steps=1)
+    assert flat.c_by_depth == [flat.c]                        # a replay without depths: one c for every row

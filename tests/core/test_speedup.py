@@ -206,3 +206,15 @@ def test_a_tree_is_priced_at_its_own_measured_cost_where_that_is_higher():
     assert by_k == {1: 1.0, 2: 1.2, 3: 1.22, 4: 1.30, 5: 1.30}
     assert by_n[4] == 1.30 and by_n[5] == pytest.approx(1.32)
     assert speedup.priced_costs({4: 2.0}) == ({4: 2.0}, {4: 2.0})  # a K measured alone is priced at its own N
+
+
+def test_warped_costs_add_the_warp_of_every_row_scored_in_decode_steps_that_warp_one():
+    """A call scoring K + 1 rows pays K + 1 warps; the decode step it is counted in pays one.  With a warp of 0.05 a
+    call of 2 rows that cost 1.0 bare costs (1.0 + 0.1) / 1.05, and one of 9 rows at 1.5, (1.5 + 0.45) / 1.05."""
+    out = speedup.warped_costs([1.0] + [1.2] * 6 + [1.5], 0.05)
+    assert out[0] == pytest.approx(1.1 / 1.05) and out[-1] == pytest.approx(1.95 / 1.05)
+    assert speedup.warped_costs([1.0, 1.3], 0.0) == [1.0, 1.3]     # control: no warp, no change
+    assert all(w > c for w, c in zip(speedup.warped_costs([1.0, 1.3], 0.05), [1.0, 1.3]))
+    for bad in (-0.1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="warp must be a finite cost >= 0"):
+            speedup.warped_costs([1.0], bad)

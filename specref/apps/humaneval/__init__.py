@@ -185,8 +185,8 @@ def run(args, model=None) -> int:
         print("  scoring K + 1 tokens, in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in
                                                                        costs["score_ratio"].items()))
         print("  scoring a tree of N nodes and keeping a path: " + ", ".join(f"N={n} {v:.2f}" for n, v in
-                                                                            costs["tree_score_ratio"].items()))
-        print("  warping one row: " + ", ".join(f"{name} {v:.3f}" for name, v in costs["warp_ratio"].items()))
+                                                                            costs.get("tree_score_ratio", {}).items()))
+        print("  warping one row: " + ", ".join(f"{name} {v:.3f}" for name, v in costs.get("warp_ratio", {}).items()))
     if Ks:
         methods = sweep_methods(drafts, Ks)
         keys = bench.run_methods("sweep", methods, execute=False, stop=False)
