@@ -23,7 +23,7 @@ Medians over repeats, on the real model:
 Only ratios measured in the same run mean much: the machine may be shared.
 
 `warp_ratio` is measured apart, per warp: what the loop pays to warp one row of the target's (or the
-draft's) probabilities (temperature, top-p) / one decode step.  A sampled run warps every row it
+draft's) probabilities (temperature, top-p) / one decode step, on the model's rows over a prompt of the run.  A sampled run warps every row it
 scores, so a call scoring K + 1 rows pays K + 1 warps and a decode step one
 (`specref.speedup.warped_costs`).
 """
@@ -206,26 +206,37 @@ def verify_tree_ms(V: int, drawing: str, tree: str = VERIFY_TREE, repeats: int =
     return 1e3 * float(np.median(times))
 
 
-def warp_ratio(model: SmolLM2, warp, repeats: int = 21) -> float:
+def warp_ratio(model: SmolLM2, warp, tokens, repeats: int = 21) -> float:
     """What warping one row of the model's probabilities with `warp` costs / one decode step, measured now: the
-    medians of `repeats` warps of real rows (the model's after a fixed prompt) and as many decode steps, in turn."""
-    rows = model.next_probs(np.arange(1000, 1000 + PREFIX), 8)    # [8, V] real rows: the warp's work depends on them
-    warps, steps = [], []
+    medians of `repeats` warps and as many decode steps, in turn.  The rows warped are the model's own over `tokens`,
+    a real text (a prompt of the run): top-p's work depends on how peaked a row is, and rows over arbitrary token
+    ids, nearly flat, cost more than twice as much to warp as rows over code."""
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 1 or len(tokens) < 2 or not np.issubdtype(tokens.dtype, np.integer):
+        raise ValueError(f"warp_ratio needs a real text of at least 2 token ids (a prompt) whose rows it warps, "
+                         f"got {tokens.shape} of {tokens.dtype}")
+    model.reset()
+    rows = model.next_probs(tokens, min(len(tokens) - 1, 32))     # [k, V] the model's rows over the text
+    warps, steps, extra = [], [], []
     for r in range(repeats):
         t = time.perf_counter()
         warp(rows[r % len(rows)][None])
         warps.append(time.perf_counter() - t)
+        extra.append(1000 + r)
         t = time.perf_counter()
-        model.next_probs(np.arange(1000, 1000 + PREFIX + 1 + r), 1)  # one new token after the cached ones
+        model.next_probs(np.concatenate([tokens, extra]), 1)       # one new token after the cached ones
         steps.append(time.perf_counter() - t)
     model.reset()
     return float(np.median(warps) / np.median(steps))
 
 
-def measure_costs(model: SmolLM2, repeats: int = 7, tree_sizes=TREE_SIZES, warps: dict | None = None) -> dict:
+def measure_costs(model: SmolLM2, repeats: int = 7, tree_sizes=TREE_SIZES, warps: dict | None = None,
+                  warp_text=None) -> dict:
     """Decode step, weights-stream floor, scoring cost per K and per tree (of each size in `tree_sizes`), and verify
     costs, measured now on this machine; with `warps` (name -> `specref.warps.Warp`) also `warp_ratio`: name -> what
-    warping one row costs / one decode step (`warp_ratio`)."""
+    warping one of the model's rows over `warp_text` (a prompt of the run) costs / one decode step (`warp_ratio`)."""
+    if warps and warp_text is None:
+        raise ValueError("measuring the warps' cost needs warp_text, a real text whose rows are warped (a prompt)")
     trees = tree_scoring_passes(model, tree_sizes)
     rounds, pass_rounds = timed_rounds(model, repeats, passes={**stream_passes(model), **trees})
     tree_rounds = {int(name.split()[1]): pass_rounds.pop(name) for name in trees}   # N -> seconds per round
@@ -258,7 +269,7 @@ def measure_costs(model: SmolLM2, repeats: int = 7, tree_sizes=TREE_SIZES, warps
         "verify_tree_ms": (tree_ms := {drawing: verify_tree_ms(model.config.vocab_size, drawing)
                                        for drawing in DRAWINGS}),
         "verify_tree_fraction": {drawing: ms / decode for drawing, ms in tree_ms.items()},
-        "warp_ratio": {name: warp_ratio(model, w) for name, w in (warps or {}).items()},
+        "warp_ratio": {name: warp_ratio(model, w, warp_text) for name, w in (warps or {}).items()},
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS", "unset"),
         "cores": cores(),
         "plan": model.fast.to_json() if model.fast is not None else "plain",

@@ -32,7 +32,7 @@ chances that the tree verifier goes on to the draft's candidates by rank, exactl
 verifier's own randomness, weighted by the chance that the walk got that deep (in a run that
 copies from its prompt, a candidate below an accepted one is accepted far more often than one at
 the root); Theorem 3.8's extension to trees (`speedup.tree_walltime_improvement`, with the same
-measured scoring costs, a tree of N nodes priced as a chain of N + 1 tokens) then picks the shape
+measured costs of a tree call, each at least a chain of N + 1 tokens) then picks the shape
 among `tree_shapes()` (`choose_tree_replayed`).  Where a tree pays, the table gets a tree row; where
 none does, the notes below the table say so, with the best tree's prediction.  `--tree SHAPE` runs
 that tree for every draft.  Top-k children (the draft's own ranking, verified by the target alone)
@@ -61,7 +61,7 @@ from specref import speedup, verifiers
 from specref.apps import options, pilot
 from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, best_tree, choose_K_replayed,
                                 choose_tree_replayed, root_chances)
-from specref.apps.costs import scoring_and_stream_ms, warp_ratio
+from specref.apps.costs import scoring_and_stream_ms, tree_scoring_passes, warp_ratio
 from specref.apps.named_drafts import DRAFTS, by_name, check_draft_file
 from specref.smollm2.draft import neural_draft
 from specref.fast import load_fast
@@ -233,6 +233,17 @@ def scoring_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) ->
     return speedup.scoring_cost_curve([ms[K + 1] / ms[1] for K in range(1, k_max + 1)])
 
 
+def call_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) -> tuple[list[float], list[float]]:
+    """([cost of scoring K + 1 tokens, K = 1..k_max], [cost of a tree call of N nodes, N = 1..k_max]), in decode
+    steps, measured now in the same rounds: the chains as `scoring_costs` prices them, the trees scored and a path
+    kept as the loop does (`specref.apps.costs.tree_scoring_passes`, N = 2..k_max), each at least its chain of N + 1
+    tokens (`speedup.tree_cost_curve`; N = 1 is that chain)."""
+    passes = tree_scoring_passes(model, range(2, k_max + 1))
+    ms, tree_ms = scoring_and_stream_ms(model, repeats, k_max, passes)
+    chain = speedup.scoring_cost_curve([ms[K + 1] / ms[1] for K in range(1, k_max + 1)])
+    return chain, speedup.tree_cost_curve(chain, {int(name.split()[1]): v / ms[1] for name, v in tree_ms.items()})
+
+
 def choose_K(pilot: Run, base: Run, costs: list[float]) -> KChoice:
     """K maximising Theorem 3.8 with the measured scoring costs (`speedup.best_gamma_measured`), alpha
     and c from `pilot` (a short SpS run of the draft) and c relative to `base`'s decode step."""
@@ -401,24 +412,28 @@ def table(results: list[Run]) -> str:
 
 def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, seed, eos=None,
                   printer=None, log=print, verify: str = "token", costs: list[float] | None = None,
-                  tree: str | None = None, draft_file=None) -> list[Run]:
+                  tree: str | None = None, draft_file=None, tree_costs: list[float] | None = None) -> list[Run]:
     """ArS then SpS (verified by `verify`) with each draft, for each (temperature, top_p) setting; fills speedup, the
     a-priori prediction (`Run.apriori`, from the pilot that chose K or the tree; None where K or the tree was given)
     and the model check (`Run.model_check`, from the run's own alpha and costs).
 
     K: the draft tokens per call for every draft, or None to choose it per draft and setting
     (`choose_K_replayed`, from the draft replayed over the pilot's texts, `pilot_texts`, and `costs`,
-    the scoring costs: measured now with `scoring_costs` if not given), and then also a tree
-    (`choose_tree_replayed`): a tree row follows the chain's where one pays.  The replay predicts
+    the scoring costs: measured now with `call_costs` if not given, with the trees' `tree_costs`), and then also
+    a tree (`choose_tree_replayed`, with `tree_costs`: given costs without them price a tree of N nodes as a chain
+    of N + 1 tokens): a tree row follows the chain's where one pays.  A sampled setting prices the warp of every
+    row scored too (`speedup.warped_costs`, the warp's cost measured now: `costs.warp_ratio`).  The replay predicts
     token-level verification; block verification accepts at least as many tokens.  tree: a shape ("3+1",
     `specref.trees.Tree.parse`) to run as a tree row for every draft instead (children drawn as `tree_drawing`
     says).  draft_file: the trained draft the neural drafts run (None: the shipped one)."""
     results = []
     generate(model, prompt_ids, "ArS", "-", 1, 0.0, None, 4, seed)  # warm-up: first calls are slower
     if K is None and costs is None:
-        log("measuring what scoring K + 1 tokens costs on this CPU ...")
-        costs = scoring_costs(model)
+        log("measuring what scoring K + 1 tokens, and a tree of N nodes, costs on this CPU ...")
+        costs, tree_costs = call_costs(model)
         log("  in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in enumerate(costs, start=1)))
+        log("  trees: " + ", ".join(f"N={n} {v:.2f}" for n, v in enumerate(tree_costs, start=1) if n > 1))
+    tree_costs = costs if tree_costs is None else tree_costs
     for temperature, top_p in settings:
         label = "greedy" if temperature == 0 else f"temperature {temperature}, top-p {top_p}"
         log(f"\n--- ArS, {label} ---")
@@ -433,7 +448,8 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
                 if texts is None:
                     log(f"pilot: the target's own completion{'s' if temperature else ''} of the prompt, {label} ...")
                     texts = pilot_texts(model, prompt_ids, temperature, top_p, max_new_tokens, seed, eos)
-                    warped = speedup.warped_costs(costs, warp_ratio(model, Warp(temperature, None, top_p)))
+                    w = warp_ratio(model, Warp(temperature, None, top_p), prompt_ids)
+                    warped, warped_trees = speedup.warped_costs(costs, w), speedup.warped_costs(tree_costs, w)
                 replayed = pilot.Replay.pooled([replay_draft(model, prompt_ids, text.tokens, text.stats,
                                                              demo_draft(model, prompt_ids, name, None, draft_file), name,
                                                              temperature, top_p, seed) for text in texts])
@@ -451,7 +467,7 @@ def run_workloads(model, prompt_ids, settings, draft_names, K, max_new_tokens, s
             drawing = tree_drawing(name, temperature)
             shape, why_tree = (Tree.parse(tree, drawing) if tree else None), ""
             if tree is None and K is None:  # a tree where one pays, by the same measured costs
-                tree_choice = choose_tree_replayed(replayed, drawing, warped, choice)
+                tree_choice = choose_tree_replayed(replayed, drawing, warped_trees, choice)
                 why_tree = tree_choice.why()
                 shape = Tree.parse(tree_choice.tree, drawing) if tree_choice.pays else None
                 if shape is None:

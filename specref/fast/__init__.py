@@ -15,6 +15,7 @@ and cached (`cache.plan_for`), unless the machine was busy while it was measured
 
 from typing import Callable
 
+from specref.fast.blas import threads_note
 from specref.fast.cache import cached_plan, plan_for
 from specref.fast.plan import Plan, in_layout
 from specref.smollm2.model import SmolLM2, load_smollm2
@@ -32,8 +33,13 @@ def load_fast(cache_dir=None, progress: Callable = print, measure: bool = False,
 
     The plan is read from the cache.  With none cached: measure=True measures one now (saying so,
     about half a minute on an idle 2-core machine); measure=False returns the plain model and says
-    how to get a plan.  remeasure=True measures again even if one is cached.
+    how to get a plan.  remeasure=True measures again even if one is cached.  If OpenBLAS runs more than
+    one thread (a script that did not set OPENBLAS_NUM_THREADS=1 before NumPy loaded), it says what that
+    costs (`blas.threads_note`).
     """
+    note = threads_note()
+    if note:
+        progress(note)
     model = load_smollm2(cache_dir, progress)
     if measure or remeasure:
         plan = plan_for(model.weights, cache_dir, progress, remeasure=remeasure)

@@ -88,6 +88,18 @@ def forced_note(info: dict | None = None) -> str | None:
             f"one command: env -u {CORETYPE_VAR} python3 -m specref ...")
 
 
+def threads_note(info: dict | None = None) -> str | None:
+    """When OpenBLAS runs more than one thread, a sentence saying what that costs the fast path and how to avoid it;
+    else None (one thread, or a count that cannot be read)."""
+    info = info or openblas_info()
+    if info["threads"] is None or info["threads"] <= 1:
+        return None
+    return (f"OpenBLAS runs {info['threads']} threads here: between the fast path's products they spin on the cores "
+            f"its own thread team uses, and target calls that follow a draft's can take up to half as long again "
+            f"(docs/performance.md).  Set OPENBLAS_NUM_THREADS=1 before NumPy is imported, as `python3 -m specref` "
+            f"does.")
+
+
 def describe_kernels(info: dict | None = None) -> str:
     """The description line, followed by the forced-kernels sentence when it applies (what the commands print)."""
     info = info or openblas_info()

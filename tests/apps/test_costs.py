@@ -91,3 +91,22 @@ def test_each_rounds_ratios_give_the_spread_beside_the_ratios_of_medians(monkeyp
     assert c["score_ratio"][2] == pytest.approx(7.5 / 1.5) and c["decode_over_stream"] == pytest.approx(1.5 / 0.75)
     table = bench.format_table({**c, "weights_stream_ms_by_pass": {"read": 0.75}, "cores": 2})
     assert "3.00-6.00" in table and "1.00-4.00" in table
+
+
+def test_the_warp_is_timed_on_the_models_rows_over_the_text_given_and_refused_without_one():
+    """warp_ratio warps the model's own rows over a real text (top-p's work depends on the rows), alternating with
+    decode steps; a text too short to give a row, or no text at all for measure_costs' warps, is refused."""
+    model, warped = CountingModel(), []
+
+    def warp(rows):
+        warped.append(rows.shape)
+        return rows
+
+    ratio = costs.warp_ratio(model, warp, np.arange(5), repeats=6)
+    assert ratio >= 0 and warped == [(1, 16)] * 6
+    assert model.calls == [("score", 4)] + [("score", 1)] * 6  # the text's rows once, then a decode step per warp
+    for bad in (np.arange(1), np.zeros((2, 3), np.int64), np.array([0.5, 1.5])):
+        with pytest.raises(ValueError, match="at least 2 token ids"):
+            costs.warp_ratio(model, warp, bad)
+    with pytest.raises(ValueError, match="needs warp_text"):
+        costs.measure_costs(model, warps={"nucleus": warp})

@@ -51,13 +51,27 @@ def fake_generate(run_alpha, run_profile):
     return generate
 
 
-def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None, settings=((0.0, None),), warp=0.0):
-    monkeypatch.setattr(demo, "warp_ratio", lambda model, w: warp)   # warping a row: `warp` decode steps
+def workloads(monkeypatch, run_alpha, run_profile, K=None, tree=None, settings=((0.0, None),), warp=0.0,
+              tree_costs=None):
+    monkeypatch.setattr(demo, "warp_ratio", lambda model, w, text: warp)   # warping a row: `warp` decode steps
     monkeypatch.setattr(demo, "generate", fake_generate(run_alpha, run_profile))
     monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
     monkeypatch.setattr(demo, "replay_draft", lambda *a, **k: fake_replay())
     return demo.run_workloads(None, [1, 2, 3], list(settings), ["prompt-lookup"], K, 8, 0, log=lambda *a: None,
-                              costs=COSTS, tree=tree)
+                              costs=COSTS, tree=tree, tree_costs=tree_costs)
+
+
+def test_a_trees_prediction_uses_the_measured_cost_of_a_tree_call_when_given(monkeypatch):
+    """A tree call also builds its mask and keeps a path: given the trees' own costs (`demo.call_costs`), the tree is
+    priced with them; without them (the test above) as a chain of N + 1 tokens."""
+    dearer = [c + 0.05 for c in COSTS]
+    ars, chain, tree = workloads(monkeypatch, 0.3, [[0.2, 0.1, 0.0, 0.0]], tree_costs=dearer)
+    shape = Tree.parse(tree.tree)
+    c = PILOT_DRAFT_MS / DECODE_MS
+    assert tree.apriori == pytest.approx(speedup.tree_walltime_improvement(
+        shape.parents, TREE_PILOT_PROFILE, c, dearer[shape.size - 1]))
+    assert tree.apriori < speedup.tree_walltime_improvement(shape.parents, TREE_PILOT_PROFILE, c, COSTS[shape.size - 1])
+    assert chain.apriori == pytest.approx(pilot.best_K(fake_replay(), c, COSTS)[1])   # the chain keeps its own costs
 
 
 def test_a_sampled_settings_prediction_prices_the_warp_of_every_row_scored(monkeypatch):
@@ -134,7 +148,7 @@ def test_a_sampled_setting_pools_several_pilot_completions_and_greedy_takes_one(
     PILOT_SAMPLES completions at successive seeds for a sampled setting, and each draft's choice is made on all of
     them (the pooled replay); a greedy completion is the same at every seed, so it takes one."""
     seeds, replayed = [], []
-    monkeypatch.setattr(demo, "warp_ratio", lambda model, w: 0.0)
+    monkeypatch.setattr(demo, "warp_ratio", lambda model, w, text: 0.0)
     monkeypatch.setattr(demo, "generate", fake_generate(0.3, [[0.2, 0.1, 0.0, 0.0]]))
     monkeypatch.setattr(demo, "demo_draft", lambda *a, **k: None)
     monkeypatch.setattr(demo, "pilot_completion", lambda model, ids, T, p, n, seed, eos=None:

@@ -117,3 +117,30 @@ def test_scoring_costs_price_K_drafts_at_the_call_that_scores_K_plus_1_tokens(mo
     assert raw[1] < 1.0 < raw[0]  # K = 2 timed cheaper than a decode step and than K = 1: noise
     assert len(got) == pilots.K_CHOICES == 8
     assert got == pytest.approx([1.1, 1.1, 1.3, 1.5, 1.6, 1.8, 2.1, 2.5])  # priced at least as K = 1
+
+
+class TreeTimedModel(TimedModel):
+    """TimedModel with a tree call: scoring N nodes (N + 1 rows) takes TREE_EXTRA_MS more than a chain of N + 1
+    tokens, keeping a path TREE_KEEP_MS."""
+
+    def score_tree(self, tokens, tree_tokens, parents):
+        self.clock.t += (SCORE_MS[len(tree_tokens) + 1] + TREE_EXTRA_MS) / 1e3
+        return np.full((len(tree_tokens) + 1, 16), 1 / 16)
+
+    def keep_path(self, nodes):
+        self.clock.t += TREE_KEEP_MS / 1e3
+
+
+TREE_EXTRA_MS, TREE_KEEP_MS = 0.5, 0.5
+
+
+def test_call_costs_price_a_tree_call_with_its_mask_and_kept_path_and_never_below_its_chain(monkeypatch):
+    clock = Clock()
+    monkeypatch.setattr(costs, "time", clock)
+    chain, trees = demo.call_costs(TreeTimedModel(clock), repeats=3)
+    assert chain == pytest.approx(demo.scoring_costs(TimedModel(clock), repeats=3))
+    assert trees[0] == chain[0]                               # a tree of 1 node is the chain of 2 tokens
+    for N in range(2, pilots.K_CHOICES + 1):                  # the tree call: a tenth of a decode step dearer
+        assert trees[N - 1] == pytest.approx(max(chain[N - 1], (SCORE_MS[N + 1] + 1.0) / SCORE_MS[1], trees[N - 2]))
+    assert all(t >= c for t, c in zip(trees, chain))          # never below the chain of N + 1 tokens
+    assert all(t > c for t, c in zip(trees[2:], chain[2:]))  # and dearer where the chain's own cost is not higher

@@ -31,3 +31,25 @@ def test_the_forcing_variable_is_read_from_the_environment(monkeypatch):
     assert blas.openblas_info()["forced_core"] == "Zen"
     monkeypatch.delenv("OPENBLAS_CORETYPE")
     assert blas.openblas_info()["forced_core"] is None
+
+
+def test_more_than_one_openblas_thread_gets_a_note_saying_how_to_avoid_it_and_one_thread_none():
+    info = {"version": "scipy-openblas 0.3.31", "core": "SkylakeX", "threads": 2, "forced_core": None,
+            "threads_var": None}
+    note = blas.threads_note(info)
+    assert note and "2 threads" in note and "OPENBLAS_NUM_THREADS=1 before NumPy is imported" in note
+    assert blas.threads_note({**info, "threads": 1}) is None            # control: one thread, nothing to say
+    assert blas.threads_note({**info, "threads": None}) is None         # unreadable: nothing claimed
+
+
+def test_load_fast_passes_the_threads_note_on(monkeypatch):
+    import types
+    import specref.fast as fast
+    said, model = [], types.SimpleNamespace(weights=None)
+    monkeypatch.setattr(fast, "load_smollm2", lambda cache_dir, progress: model)
+    monkeypatch.setattr(fast, "cached_plan", lambda weights, cache_dir: None)   # no plan: the plain model back
+    monkeypatch.setattr(fast, "threads_note", lambda: "NOTE")
+    assert fast.load_fast(progress=said.append) is model and said[0] == "NOTE"
+    monkeypatch.setattr(fast, "threads_note", lambda: None)                     # control: one thread
+    said.clear()
+    assert fast.load_fast(progress=said.append) is model and "NOTE" not in said and len(said) == 1

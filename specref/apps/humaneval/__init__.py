@@ -26,7 +26,10 @@ What a row of the results reports, per method (ArS, or SpS with one draft) and s
   calls, beside the measured tokens_per_target_call of the verifier that ran.
 - predicted_speedup: the speedup predicted BEFORE the run, by the pilot that chose this row's K or
   tree (below): the draft replayed over the target's own completions (a tree: its chances by rank)
-  with its c, and the scoring costs measured at the start of the run (`specref.apps.pilot.KChoice.predicted`,
+  with its rows' costs timed as a call meets them (`pilot.Replay.c_by_depth`), and the costs measured
+  at the start of the run, priced as the loop pays them: scoring K + 1 tokens, or a tree of N nodes
+  with its path kept (`measure_costs`' tree sizes 2 to 8), each row scored also warped at the
+  setting's measured cost (`speedup.warped_costs`) (`specref.apps.pilot.KChoice.predicted`,
   `pilot.TreeChoice.predicted`).  ArS: 1.  None where no pilot chose the row (--K, --tree, or
   --no-bench-costs), or where the choice was stored by an older results file that did not store
   its prediction; predicted_note says which, and the table prints "none".
@@ -180,7 +183,8 @@ def run(args, model=None) -> int:
     costs = None
     if not args.no_bench_costs:
         print("measuring the scoring cost per K (specref.apps.costs.measure_costs) ...")
-        costs = measure_costs(model, repeats=5, tree_sizes=TREE_SIZES, warps=setting_warps())
+        costs = measure_costs(model, repeats=5, tree_sizes=TREE_SIZES, warps=setting_warps(),
+                              warp_text=bench.prompt_ids[problems[0].task_id])
         report["costs"] = costs
         print("  scoring K + 1 tokens, in decode steps: " + ", ".join(f"K={k} {v:.2f}" for k, v in
                                                                        costs["score_ratio"].items()))
