@@ -237,11 +237,12 @@ def call_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) -> tu
     """([cost of scoring K + 1 tokens, K = 1..k_max], [cost of a tree call of N nodes, N = 1..k_max]), in decode
     steps, measured now in the same rounds: the chains as `scoring_costs` prices them, the trees scored and a path
     kept as the loop does (`specref.apps.costs.tree_scoring_passes`, N = 2..k_max), each at least its chain of N + 1
-    tokens (`speedup.tree_cost_curve`; N = 1 is that chain)."""
+    tokens (N = 1 is that chain), priced as `humaneval` prices them (`speedup.priced_costs`)."""
     passes = tree_scoring_passes(model, range(2, k_max + 1))
     ms, tree_ms = scoring_and_stream_ms(model, repeats, k_max, passes)
-    chain = speedup.scoring_cost_curve([ms[K + 1] / ms[1] for K in range(1, k_max + 1)])
-    return chain, speedup.tree_cost_curve(chain, {int(name.split()[1]): v / ms[1] for name, v in tree_ms.items()})
+    chain, tree = speedup.priced_costs({K: ms[K + 1] / ms[1] for K in range(1, k_max + 1)},
+                                       {int(name.split()[1]): v / ms[1] for name, v in tree_ms.items()})
+    return [chain[K] for K in sorted(chain)], [tree[N] for N in sorted(tree)]
 
 
 def choose_K(pilot: Run, base: Run, costs: list[float]) -> KChoice:
