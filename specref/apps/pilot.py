@@ -13,9 +13,14 @@ the whole answer's.  This pilot instead reads the target's own text:
    call whose first draft token is token t, the target has processed tokens[:t - 1] (the newest
    token is not yet scored), and the draft proposes row after row over the true tokens t, t+1, ...,
    chaining its own predictions past the target's last state, exactly as in a call that accepted
-   them (`replay`).  accept[n, j - 1] = sum_x min(p(x), q(x)) at the j-th row, both warped as the
-   run warps them: the chance that the j-th draft token is accepted given the first j - 1 were
-   (Definition 3.1, per position and depth instead of one average).  The rows are timed as a call
+   them (`replay`).  accept[n, j - 1] = min(1, p(x) / q(x)) at the j-th row, x the text's own token
+   there, both rows warped as the run warps them: the chance that the j-th draft token was accepted,
+   given the first j - 1 were and given that the text goes on with x.  A call that accepts a draft
+   outputs it, so P(accepted and x) = min(p(x), q(x)), and over x ~ q its mean is Definition 3.1's
+   alpha = sum_x min(p(x), q(x)); but alpha itself, the chance before the token is known, forgets
+   that the text and the acceptances go together (a copy draft is accepted exactly where the text
+   copies), and a replay with alpha at every position predicted other calls than speculative
+   sampling made on the same kind of text (a test measures both).  The rows are timed as a call
    meets them: at every TIMED_EVERY-th position the target first makes the decode step the loop
    would have made just before (it streams the target's weights through the CPU's caches, and a
    draft row read right after one costs about twice a row read after other draft rows), then the
@@ -27,16 +32,24 @@ the whole answer's.  This pilot instead reads the target's own text:
    `draft_cost`) plus the measured cost of scoring k + 1 tokens (`chain_speedup`).  Correlations along the text (a copied line accepts
    run after run) are kept, which one average alpha loses.
 
-Greedy decoding with a deterministic draft has every accept 0 or 1, and the calls are then exactly
-those speculative sampling makes on that completion (a test checks this on the real model).  Under
-sampling the completion is one draw of the target's text: the run's own text differs, and a
-prediction is only as good as the pilot text is typical.
+Given its text, speculative sampling's acceptances are independent with the chances of step 2, so the
+expected calls of step 3 are exactly those of a run that wrote that text, and over texts sampled as
+the run samples them, those of the run.  Greedy decoding with a deterministic draft has every accept
+0 or 1, and the calls are then exactly those speculative sampling makes on that completion (a test
+checks this on the real model).  Under sampling the pilot reads a few draws of the target's text:
+the run's own text differs, and a prediction is only as good as the pilot's texts are typical.
 
 A tree's chances by rank at each depth (`specref.apps.demo.TreeProfile`'s `profile`) come from the
 same replay: at each depth of each call the draft's children are drawn as the tree would draw them
 from the row there, and their chances (`root_chances`) are averaged, weighted by the chance
 that the walk got that deep and by how often a call starts at that position (the expected calls of
-a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).
+a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).  Unlike
+a chain's, these chances are the ones before the text's token is known (alpha's kind, not step 2's):
+the tree formula multiplies one table of chances along every path, which only the text's own path
+could condition.  They are
+measured at every depth a chosen tree can reach (TREE_DEPTHS): a depth not measured would take the
+deepest measured one's chances, and in copied text, where a walk that got three deep nearly always
+goes on, that promised a deep spine tokens the text's copied runs do not have.
 """
 
 from __future__ import annotations
@@ -53,7 +66,8 @@ from specref.trees import Tree, draft_rows, draw_children
 from specref.warps import Warp
 
 K_CHOICES = 8    # K is chosen among 1..K_CHOICES
-TREE_DEPTHS = 4  # depths of a tree's profile measured (the root and depths 1 to 3), as demo.TREE_PILOT
+TREE_DEPTHS = K_CHOICES  # depths of a tree's profile measured (the root and depths 1 to 7): as deep as a chosen
+                         # tree reaches, so that no depth takes a shallower one's chances (module docstring)
 TREE_WIDTH = 4   # children ranked at each depth, and the widest node a chosen tree may have
 TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
 TIMED_EVERY = 4  # the draft's rows are timed at every 4th position of a pilot text, each after a target decode step
@@ -93,7 +107,8 @@ class Replay:
 
     @property
     def alpha(self) -> float:
-        """The one-step-ahead acceptance averaged over the completions' positions (Definition 3.1)."""
+        """The one-step-ahead acceptance averaged over the completions' positions, given each position's token (module
+        docstring, step 2): over texts sampled as the run samples them, its mean is Definition 3.1's alpha."""
         first = np.concatenate([a[:, 0] for a in self.accept]) if self.accept else np.zeros(0)
         return float(first.mean()) if first.size else 0.0
 
@@ -217,7 +232,8 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     P, L = len(prompt), len(completion)
     q = warp(next_distributions(target, full, L + 1)[:L])      # [L, V] q[i]: the target's row for completion token i
     cache = getattr(target, "cache", None)
-    accept = np.full((L, k_max), np.nan)
+    accept = np.full((L, k_max), np.nan)                    # given the text's tokens (module docstring, step 2)
+    alphas = np.full((L, k_max), np.nan)                    # before them, as a tree's chances are
     drafted = np.zeros((L, k_max), np.int64)
     chances_at = np.zeros((L, TREE_DEPTHS, TREE_WIDTH))      # [n, depth, rank] chances, times the reach
     reach_at = np.zeros((L, TREE_DEPTHS))                   # [n, depth] the chance the walk got there
@@ -241,7 +257,13 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             raw = next_distributions(draft, context, 1)[0]
             p = warp(raw[None])[0]
             rows.append(time.perf_counter() - start)
-            accept[n, j - 1] = float(np.minimum(p, q[n + j - 1]).sum())
+            x, qx = completion[n + j - 1], q[n + j - 1]
+            if not qx[x] > 0:
+                raise ValueError(f"token {x} at position {n + j - 1} of the completion has probability 0 under the "
+                                 f"target's warped row: the pilot's text must be the target's own completion, "
+                                 f"sampled with the same warp")
+            accept[n, j - 1] = min(1.0, float(p[x] / qx[x]))   # given the text's token (module docstring, step 2)
+            alphas[n, j - 1] = float(np.minimum(p, qx).sum())  # before it (Definition 3.1)
             d = j - 1
             if drawing is not None and d < TREE_DEPTHS and reach > 0:
                 if candidates is not None:
@@ -251,7 +273,7 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
                 chances = root_chances(kids, p, q[n + j - 1], drawing)
                 chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
                 reach_at[n, d] = reach
-            reach *= accept[n, j - 1]
+            reach *= alphas[n, j - 1]
         if timed:
             depth_seconds[:len(rows)] += rows
             depth_rows[:len(rows)] += 1
@@ -259,8 +281,9 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             drafted[n, K - 1] = draft_length(draft, full[:t], K)
     # Calls do not start at every position: one that accepts a run of drafts skips it, so the positions
     # after a rejection start more calls than those inside a copied run.  Each position's chances count
-    # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`).
-    starts = call_mass(accept, drafted[:, k_max - 1])        # [L]
+    # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`), all of
+    # it with the chances before each token is known, as the tree's own chances are.
+    starts = call_mass(alphas, drafted[:, k_max - 1])        # [L]
     sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
     return Replay([accept], [drafted], sums, weights, float(depth_seconds.sum()), int(depth_rows.sum()),
                   decode_seconds, decode_steps, depth_seconds, depth_rows)

@@ -13,6 +13,7 @@ from specref.drafts import NGramDraft, PromptLookupDraft
 from specref.runstats import RunStats
 from specref.sampling import autoregressive_sampling, next_distributions, speculative_sampling
 from specref.smollm2.draft import shipped_draft
+from specref.trees import Tree
 from specref.warps import Warp, Warped
 
 
@@ -233,3 +234,99 @@ def test_costs_by_depth_are_pooled_over_completions_and_measured_in_decode_steps
     flat = pilot.Replay([np.ones((4, 2))], [np.ones((4, 2), np.int64)], draft_seconds=0.2, rows=1, decode_seconds=1.0,
                         decode_steps=1)
     assert flat.c_by_depth == [flat.c]                        # a replay without depths: one c for every row
+
+
+# ---- a tree's chances by depth: measured as deep as a chosen tree reaches ----------------------------------------
+
+class Periodic:
+    """A greedy toy model over V = 40 tokens: after a prefix of m tokens, token 10 + m % 30, one-hot.  As a draft
+    (miss_every=6) it proposes another token whenever m is a multiple of 6, so every call that starts at m = 1
+    (mod 6) accepts five drafts and is corrected at the sixth."""
+
+    V = 40
+
+    def __init__(self, miss_every: int | None = None):
+        self.miss_every = miss_every
+
+    def next_probs(self, tokens, k):
+        rows = np.zeros((k, self.V))
+        for i, m in enumerate(range(len(tokens) - k + 1, len(tokens) + 1)):
+            miss = self.miss_every is not None and m % self.miss_every == 0
+            rows[i, 10 + (m + miss) % 30] = 1.0
+        return rows
+
+
+def test_a_deep_trees_chances_are_measured_at_every_depth_it_reaches(monkeypatch):
+    """Runs of five accepted drafts, then a miss: a greedy tree 2+1+1+1+1+1+1 (a spine 7 deep) yields 6 tokens a
+    call, which the replay's chances by depth predict exactly, and the run makes.  Control: measured at 4 depths
+    only (as the pilot once was), the depths below take depth 3's chance, 1, and the same tree is predicted 8."""
+    target, draft = Periodic(), Periodic(miss_every=6)
+    tree = Tree.parse("2+1+1+1+1+1+1", "topk")
+    prompt, n = np.array([10, 11, 12, 13, 14, 15, 16]), 60    # the first call drafts from m = 7, 1 (mod 6)
+    stats = RunStats()
+    out = speculative_sampling(prompt, draft, target, n, tree.size, np.random.default_rng(0), on_step=stats.add,
+                               tree=tree)
+    text = out[len(prompt):]
+    assert n / stats.loops == 6.0                              # the run: ten calls of six tokens
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    assert len(rep.profile) == 6 and rep.profile[5][0] == 0.0  # the sixth draft of every call is the miss
+    assert speedup.tree_expected_tokens(tree.parents, rep.profile) == pytest.approx(6.0)
+    monkeypatch.setattr(pilot, "TREE_DEPTHS", 4)
+    shallow = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    assert len(shallow.profile) == 4
+    assert speedup.tree_expected_tokens(tree.parents, shallow.profile) == pytest.approx(8.0)
+
+
+# ---- sampled text: the chances given the text's tokens --------------------------------------------------------
+
+class Sticky:
+    """A toy target over V = 8 tokens that copies the token LAG back with chance 0.95 after a copied token and 0.3
+    otherwise (the rest uniform): copying comes in runs, as code that repeats its prompt does."""
+
+    V, LAG = 8, 4
+
+    def row(self, tokens):
+        copied = len(tokens) > self.LAG and tokens[-1] == tokens[-1 - self.LAG]
+        a = 0.95 if copied else 0.3
+        out = np.full(self.V, (1 - a) / self.V)
+        out[tokens[-self.LAG]] += a
+        return out
+
+    def next_probs(self, tokens, k):
+        return np.stack([self.row(tokens[:len(tokens) - k + 1 + i]) for i in range(k)])
+
+
+class Copier(Sticky):
+    """The draft: all its mass on the token LAG back (a one-hot copy, like prompt lookup)."""
+
+    def row(self, tokens):
+        return np.eye(self.V)[tokens[-self.LAG]]
+
+
+def test_sampled_replays_predict_the_calls_of_speculative_sampling_in_expectation():
+    """Given the text, speculative sampling's acceptances are independent with chance min(1, p(x) / q(x)) at each
+    token x (module docstring), so the replay's expected calls, averaged over texts the target samples, are the
+    mean calls of speculative sampling: within 4 standard errors (a false alarm about once in 16,000 seed sets; the
+    seeds are fixed).  Control: the same replay with Definition 3.1's alpha = sum_x min(p, q) at each position,
+    the chance before the token is known, which forgets that a copy draft is accepted exactly where the text copies;
+    the same test must reject it."""
+    target, draft = Sticky(), Copier()
+    prompt, n, K, texts = np.array([1, 2, 3, 4, 5, 6, 7]), 40, 4, 800
+    given, before, runs = [], [], []
+    for s in range(texts):
+        text = autoregressive_sampling(prompt, target, n, np.random.default_rng([7, s]))[len(prompt):]
+        rep = pilot.replay(target, draft, prompt, text, Warp(1.0), K)
+        given.append(pilot.call_mass(rep.accept[0], rep.drafted[0][:, K - 1]).sum())
+        full = np.concatenate([prompt, text])
+        alpha = np.array([[np.minimum(draft.row(full[:len(prompt) + m + j]), target.row(full[:len(prompt) + m + j])).sum()
+                           for j in range(K)] for m in range(n)])
+        before.append(pilot.call_mass(alpha, rep.drafted[0][:, K - 1]).sum())
+        stats = RunStats()
+        speculative_sampling(prompt, draft, target, n, K, np.random.default_rng([8, s]), on_step=stats.add)
+        runs.append(stats.loops)
+
+    def z(a, b):
+        return (np.mean(a) - np.mean(b)) / np.sqrt(np.var(a) / len(a) + np.var(b) / len(b))
+
+    assert abs(z(given, runs)) < 4
+    assert abs(z(before, runs)) > 4                            # the control: alpha at every position
