@@ -20,7 +20,9 @@ the whole answer's.  This pilot instead reads the target's own text:
    alpha = sum_x min(p(x), q(x)); but alpha itself, the chance before the token is known, forgets
    that the text and the acceptances go together (a copy draft is accepted exactly where the text
    copies), and a replay with alpha at every position predicted other calls than speculative
-   sampling made on the same kind of text (a test measures both).  The rows are timed as a call
+   sampling made on the same kind of text (a test measures both).  Where the replay's row gives x no
+   mass (its rows are computed in one pass, the text's one at a time, and a near-tie or the edge of
+   the top-p nucleus can fall either way), the chance before the token stands in.  The rows are timed as a call
    meets them: at every TIMED_EVERY-th position the target first makes the decode step the loop
    would have made just before (it streams the target's weights through the CPU's caches, and a
    draft row read right after one costs about twice a row read after other draft rows), then the
@@ -258,12 +260,8 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             p = warp(raw[None])[0]
             rows.append(time.perf_counter() - start)
             x, qx = completion[n + j - 1], q[n + j - 1]
-            if not qx[x] > 0:
-                raise ValueError(f"token {x} at position {n + j - 1} of the completion has probability 0 under the "
-                                 f"target's warped row: the pilot's text must be the target's own completion, "
-                                 f"sampled with the same warp")
-            accept[n, j - 1] = min(1.0, float(p[x] / qx[x]))   # given the text's token (module docstring, step 2)
-            alphas[n, j - 1] = float(np.minimum(p, qx).sum())  # before it (Definition 3.1)
+            alphas[n, j - 1] = float(np.minimum(p, qx).sum())  # before the text's token (Definition 3.1)
+            accept[n, j - 1] = min(1.0, float(p[x] / qx[x])) if qx[x] > 0 else alphas[n, j - 1]  # given it (step 2)
             d = j - 1
             if drawing is not None and d < TREE_DEPTHS and reach > 0:
                 if candidates is not None:

@@ -330,3 +330,19 @@ def test_sampled_replays_predict_the_calls_of_speculative_sampling_in_expectatio
 
     assert abs(z(given, runs)) < 4
     assert abs(z(before, runs)) > 4                            # the control: alpha at every position
+
+
+def test_a_token_the_replays_row_gives_no_mass_takes_the_chance_before_the_token():
+    """The replay's rows come from one teacher-forced pass and the text's from one step at a time, so at a near-tie
+    (or the edge of the top-p nucleus) the text's token can get no mass in the replay's row.  There the chance before
+    the token, sum min(p, q), stands in, instead of min(1, p(x) / 0)."""
+    target, draft = Periodic(), Periodic(miss_every=6)
+    prompt = np.array([10, 11, 12, 13, 14, 15, 16])
+    text = speculative_sampling(prompt, draft, target, 12, 4, np.random.default_rng(0))[len(prompt):]
+    text[5] = 39                                               # a token the greedy target never gives, where
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), 4)  # the draft misses (m = 12): the chance is 0
+    full = np.concatenate([prompt, text])
+    p, q = draft.next_probs(full[:len(prompt) + 5], 1)[0], target.next_probs(full[:len(prompt) + 5], 1)[0]
+    assert q[39] == 0 and p[39] == 0 and np.minimum(p, q).sum() == 0.0
+    assert rep.accept[0][5, 0] == 0.0 and rep.accept[0][4, 1] == 0.0   # at depths 1 and 2 of the calls reaching it
+    assert np.isfinite(rep.accept[0][~np.isnan(rep.accept[0])]).all()
