@@ -48,7 +48,12 @@ that the walk got that deep and by how often a call starts at that position (the
 a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).  Unlike
 a chain's, these chances are the ones before the text's token is known (alpha's kind, not step 2's):
 the tree formula multiplies one table of chances along every path, which only the text's own path
-could condition.  They are
+could condition.  Children drawn top-k (greedy decoding, prompt lookup) need no formula: given the
+text, the walk goes on exactly where the text's next token is a child in the tree, so the replay keeps
+that token's rank at each depth of each call (`Replay.ranks`) and `tree_calls` counts a shape's calls
+over the text, exactly (greedily) or exactly in expectation (sampled texts), as step 3 does for a
+chain.  Tested: the chances multiplied along paths missed those calls (they forget where the calls
+start, which in copied text decides how deep they go).  They are
 measured at every depth a chosen tree can reach (TREE_DEPTHS): a depth not measured would take the
 deepest measured one's chances, and in copied text, where a walk that got three deep nearly always
 goes on, that promised a deep spine tokens the text's copied runs do not have.
@@ -64,7 +69,7 @@ import numpy as np
 
 from specref import speedup
 from specref.sampling import check_tokens, draft_length, next_distributions
-from specref.trees import Tree, draft_rows, draw_children
+from specref.trees import Tree, check_parents, children_of, depth, draft_rows, draw_children
 from specref.warps import Warp
 
 K_CHOICES = 8    # K is chosen among 1..K_CHOICES
@@ -91,6 +96,9 @@ class Replay:
     depth_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [j]: time of the timed rows at depth
                                  # j + 1 of a call (the first's with the draft's decision how far to draft)
     depth_rows: np.ndarray = field(default_factory=lambda: np.zeros(0))     # [j]: how many rows that was
+    ranks: list = field(default_factory=list)  # per completion, for children drawn top-k: [L, TREE_DEPTHS] ints, the
+                                               # rank of the text's token among the children drawn at depth d of a
+                                               # call at n, -1 if none is it (`tree_calls`); empty otherwise
 
     @property
     def c(self) -> float:
@@ -135,7 +143,7 @@ class Replay:
                       self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
                       self.rows + other.rows, self.decode_seconds + other.decode_seconds,
                       self.decode_steps + other.decode_steps, _plus(self.depth_seconds, other.depth_seconds),
-                      _plus(self.depth_rows, other.depth_rows))
+                      _plus(self.depth_rows, other.depth_rows), self.ranks + other.ranks)
 
     @staticmethod
     def pooled(replays: "list[Replay]") -> "Replay":
@@ -240,6 +248,7 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     chances_at = np.zeros((L, TREE_DEPTHS, TREE_WIDTH))      # [n, depth, rank] chances, times the reach
     reach_at = np.zeros((L, TREE_DEPTHS))                   # [n, depth] the chance the walk got there
     candidates = getattr(draft, "candidates", None) if drawing == "topk" else None
+    ranks = np.full((L, TREE_DEPTHS), -1, np.int64)           # top-k children: the text token's rank (`tree_calls`)
     rng = rng if rng is not None else np.random.default_rng(0)
     depth_seconds, depth_rows = np.zeros(k_max), np.zeros(k_max)
     for n in range(L - 1, -1, -1):                          # later calls first: the cache only shrinks
@@ -263,11 +272,13 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             alphas[n, j - 1] = float(np.minimum(p, qx).sum())  # before the text's token (Definition 3.1)
             accept[n, j - 1] = min(1.0, float(p[x] / qx[x])) if qx[x] > 0 else alphas[n, j - 1]  # given it (step 2)
             d = j - 1
-            if drawing is not None and d < TREE_DEPTHS and reach > 0:
+            if drawing is not None and d < TREE_DEPTHS and (reach > 0 or drawing == "topk"):
                 if candidates is not None:
                     kids = [int(v) for v in candidates(context, TREE_WIDTH)]
                 else:
-                    kids = draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)
+                    kids = [int(v) for v in draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)]
+                if drawing == "topk" and x in kids:
+                    ranks[n, d] = kids.index(x)
                 chances = root_chances(kids, p, q[n + j - 1], drawing)
                 chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
                 reach_at[n, d] = reach
@@ -284,7 +295,30 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     starts = call_mass(alphas, drafted[:, k_max - 1])        # [L]
     sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
     return Replay([accept], [drafted], sums, weights, float(depth_seconds.sum()), int(depth_rows.sum()),
-                  decode_seconds, decode_steps, depth_seconds, depth_rows)
+                  decode_seconds, decode_steps, depth_seconds, depth_rows, [ranks] if drawing == "topk" else [])
+
+
+def tree_calls(ranks: np.ndarray, parents) -> int:  # [L, D], [N] -> int
+    """The target calls a tree of drafts of this shape, children drawn top-k, makes to write a text of L tokens,
+    given ranks[n, d]: the rank of the text's token among the children drawn at depth d of a call whose first draft
+    token is token n (-1 if none is it; `Replay.ranks`).  Top-k children are the draft's best, so given the text the
+    walk is certain: at each node it goes on to the child whose token the text has next, if that child is in the
+    tree, and a call that stops at depth d writes d + 1 tokens.  So the count is exact, greedily and, over sampled
+    texts, in expectation: `best_tree` predicts a top-k tree's speedup from it rather than from the chances by rank,
+    whose product along a path forgets where the calls start (a test counts the calls both ways)."""
+    ranks = np.asarray(ranks)
+    children = children_of(check_parents(parents).tolist())
+    L, D = ranks.shape
+    if depth(parents) > D:
+        raise ValueError(f"a tree {depth(parents)} deep needs ranks at {depth(parents)} depths; the replay has {D}")
+    calls = n = 0
+    while n < L:
+        calls, node, d = calls + 1, -1, 0
+        while d < D and n + d < L and 0 <= ranks[n, d] < len(children[node + 1]):
+            node, d = children[node + 1][ranks[n, d]], d + 1
+        n += d + 1
+    return calls
+
 
 
 # ---------------------------------------------------------------- the chances of a tree's children
@@ -400,20 +434,29 @@ class TreeChoice:
 
 def choose_tree_replayed(replay: Replay, drawing: str, costs: list[float], chain: KChoice | None = None
                          ) -> TreeChoice:
-    """`best_tree` with the chances by rank and the rows' costs by depth of a draft's replay over the pilot's text."""
-    return best_tree(replay.profile, drawing, replay.c_by_depth, costs, chain)
+    """`best_tree` with the chances by rank and the rows' costs by depth of a draft's replay over the pilot's text,
+    and for children drawn top-k the text tokens' ranks (`Replay.ranks`)."""
+    return best_tree(replay.profile, drawing, replay.c_by_depth, costs, chain,
+                     replay.ranks if drawing == "topk" else None)
 
 
-def best_tree(profile, drawing: str, c, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
-    """The tree of `tree_shapes()` that `speedup.tree_walltime_improvement` predicts fastest from chances by rank
-    at each depth (`profile`), the draft's cost per row (c, or its costs by row depth: `draft_cost`) and the scoring
-    costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve` prices it where the tree's own cost was
-    measured, else a chain of N + 1 tokens)."""
+def best_tree(profile, drawing: str, c, costs: list[float], chain: KChoice | None = None,
+              ranks: list | None = None) -> TreeChoice:
+    """The tree of `tree_shapes()` predicted fastest from the draft's cost per row (c, or its costs by row depth:
+    `draft_cost`), the scoring costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve` prices it where
+    the tree's own cost was measured, else a chain of N + 1 tokens) and its tokens per call: with `ranks` (children
+    drawn top-k, one [L, D] array per pilot text) the calls it makes over those texts (`tree_calls`), otherwise
+    `speedup.tree_walltime_improvement`'s from the chances by rank at each depth (`profile`)."""
     profile = profile or [0.0]
+    if ranks is not None and drawing != "topk":
+        raise ValueError(f"ranks give a tree's calls only for children drawn top-k, not {drawing!r}")
 
     def predicted(name: str) -> float:
         tree = Tree.parse(name)
         rows = draft_rows(tree.parents)
+        if ranks:
+            tokens, calls = sum(len(r) for r in ranks), sum(tree_calls(r, tree.parents) for r in ranks)
+            return tokens / calls / (draft_cost(c, rows) + float(costs[tree.size - 1]))
         return speedup.tree_walltime_improvement(tree.parents, profile, draft_cost(c, rows) / max(rows, 1),
                                                  costs[tree.size - 1])
 

@@ -7,7 +7,7 @@ see the target's later states as its negative control)."""
 import numpy as np
 import pytest
 
-from specref import speedup
+from specref import speedup, trees
 from specref.apps import demo, pilot
 from specref.drafts import NGramDraft, PromptLookupDraft
 from specref.runstats import RunStats
@@ -346,3 +346,88 @@ def test_a_token_the_replays_row_gives_no_mass_takes_the_chance_before_the_token
     assert q[39] == 0 and p[39] == 0 and np.minimum(p, q).sum() == 0.0
     assert rep.accept[0][5, 0] == 0.0 and rep.accept[0][4, 1] == 0.0   # at depths 1 and 2 of the calls reaching it
     assert np.isfinite(rep.accept[0][~np.isnan(rep.accept[0])]).all()
+
+
+# ---- trees with children drawn top-k: the walk given the text --------------------------------------------------
+
+SHAPES = ("1+1+1", "3+1", "2x2", "2+2+1", "4+1+1", "2+1+1+1+1+1+1")
+
+
+@pytest.mark.parametrize("name", ["ngram", "periodic"])
+def test_a_greedy_top_k_trees_calls_are_counted_exactly_by_its_walk_over_the_text(name):
+    """Greedily, the text is the target's and a top-k tree's walk along it is certain, so `tree_calls` over the
+    replay's ranks must give the calls speculative sampling makes with that tree, shape by shape.  Control: the
+    chances by rank multiplied along each path (`speedup.tree_expected_tokens`, the formula for trees drawn at
+    random) miss those calls on some shape."""
+    if name == "ngram":
+        target, draft = toy_models()
+        prompt, n = np.array([1, 2, 3, 1, 2]), 60
+    else:
+        target, draft = Periodic(), Periodic(miss_every=4)
+        prompt, n = np.array([10, 11, 12, 13, 14, 15, 16]), 60
+    greedy = Warped(target, 0.0)
+    text = autoregressive_sampling(prompt, greedy, n, np.random.default_rng(0))[len(prompt):]
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    missed = []
+    for shape in SHAPES:
+        tree = Tree.parse(shape, "topk")
+        stats = RunStats()
+        out = speculative_sampling(prompt, draft, greedy, n, tree.size, np.random.default_rng(0), on_step=stats.add,
+                                   tree=tree)
+        assert np.array_equal(out[len(prompt):], text)
+        assert pilot.tree_calls(rep.ranks[0], tree.parents) == stats.loops, shape
+        missed.append(abs(n / speedup.tree_expected_tokens(tree.parents, rep.profile) - stats.loops) > 0.5)
+    assert any(missed)
+
+
+def test_a_top_k_trees_prediction_is_its_tokens_over_its_calls_cost():
+    """best_tree with ranks: tokens / calls / (draft rows' cost + the tree's scoring cost), per shape, and the
+    ranks refused for trees drawn at random; a tree deeper than the ranks measured is refused, not cut short."""
+    ranks = [np.array([[0, 0, -1], [1, -1, -1], [0, -1, -1], [-1, -1, -1]])]   # a text of 4 tokens
+    costs = [1.0, 1.1, 1.2, 1.3]
+    choice = pilot.best_tree([[0.5]], "topk", 0.1, costs, ranks=ranks)
+    calls = pilot.tree_calls(ranks[0], Tree.parse(choice.tree).parents)
+    rows = trees.draft_rows(Tree.parse(choice.tree).parents)
+    assert choice.predicted == pytest.approx(4 / calls / (0.1 * rows + costs[Tree.parse(choice.tree).size - 1]))
+    assert pilot.tree_calls(ranks[0], Tree.parse("2+1").parents) == 2       # 3 tokens (0, 0), then 1 (-1)
+    assert pilot.tree_calls(ranks[0], Tree.parse("1+1").parents) == 2
+    second = np.array([[-1], [1], [-1], [-1]])                                # the text's token 1 is the second child
+    assert pilot.tree_calls(second, Tree.parse("2").parents) == 3           # 1 token, 2 (rank 1 taken), 1
+    assert pilot.tree_calls(second, Tree.parse("1").parents) == 4           # 1 token a call: rank 1 is not in the tree
+    with pytest.raises(ValueError, match="only for children drawn top-k"):
+        pilot.best_tree([[0.5]], "without_replacement", 0.1, costs, ranks=ranks)
+    with pytest.raises(ValueError, match="4 deep needs ranks at 4 depths"):
+        pilot.tree_calls(ranks[0], Tree.parse("1+1+1+1").parents)
+
+
+class Soft(Sticky):
+    """A draft that puts 0.7 on the token LAG back and spreads the rest: its top-k children differ from its top 1."""
+
+    def row(self, tokens):
+        out = np.full(self.V, 0.3 / self.V)
+        out[tokens[-self.LAG]] += 0.7
+        return out
+
+
+def test_a_sampled_top_k_trees_calls_are_those_of_speculative_sampling_in_expectation():
+    """Given a sampled text, a top-k tree's walk is as certain as greedily (the walk takes the child that is the
+    text's next token), so `tree_calls` averaged over texts the target samples is the mean of speculative sampling's
+    calls with that tree: within 4 standard errors (a false alarm about once in 16,000 seed sets; fixed seeds).
+    Control: the chances by rank multiplied along each path (`speedup.tree_expected_tokens`), the same test must
+    reject."""
+    target, draft, tree = Sticky(), Soft(), Tree.parse("2+1+1", "topk")
+    prompt, n, texts = np.array([1, 2, 3, 4, 5, 6, 7]), 40, 600
+    walked, runs, sums, weights = [], [], 0.0, 0.0
+    for s in range(texts):
+        text = autoregressive_sampling(prompt, target, n, np.random.default_rng([7, s]))[len(prompt):]
+        rep = pilot.replay(target, draft, prompt, text, Warp(1.0), tree.depth, "topk")   # the depths it reaches
+        walked.append(pilot.tree_calls(rep.ranks[0], tree.parents))
+        sums, weights = sums + rep.tree_sums, weights + rep.tree_weights
+        stats = RunStats()
+        speculative_sampling(prompt, draft, target, n, tree.size, np.random.default_rng([8, s]), on_step=stats.add,
+                             tree=tree)
+        runs.append(stats.loops)
+    se = np.sqrt(np.var(walked) / texts + np.var(runs) / texts)
+    assert abs(np.mean(walked) - np.mean(runs)) < 4 * se
+    profile = [list(row / w) for row, w in zip(sums, weights) if w > 0]
+    assert abs(n / speedup.tree_expected_tokens(tree.parents, profile) - np.mean(runs)) > 4 * se   # the control
