@@ -133,6 +133,22 @@ def test_greedy_replay_of_the_trained_draft_counts_the_calls_on_the_real_model(s
     assert told_apart[0] is False and any(told_apart[1:])   # one step ahead the two agree; deeper they do not
 
 
+@pytest.mark.slow
+def test_a_greedy_top_k_trees_calls_are_counted_exactly_on_the_real_model(smollm2):
+    """The trained draft with lookup, greedy, trees drawn top-k: `tree_calls` over the replay's ranks must count the
+    calls the demo's runs make with each shape on the same text."""
+    tok = smollm2.tokenizer
+    prompt = tok.chat([{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}])
+    text = demo.generate(smollm2, prompt, "ArS", "-", 1, 0.0, None, 40, 1, tok.eos_id)
+    draft = demo.demo_draft(smollm2, prompt, "neural+lookup")
+    rep = pilot.replay(smollm2, draft, prompt, text.tokens, Warp(0.0), pilot.K_CHOICES, "topk")
+    for shape in ("2+1", "3+1+1", "2x2", "2+1+1+1+1+1+1"):
+        tree = Tree.parse(shape, "topk")
+        run = demo.generate(smollm2, prompt, "SpS", "neural+lookup", tree.size, 0.0, None, 40, 1, tok.eos_id, tree=tree)
+        assert run.tokens == text.tokens
+        assert pilot.tree_calls(rep.ranks[0], tree.parents) == run.stats.loops, shape
+
+
 def test_a_replayed_choice_that_does_not_pay_says_the_alpha_needed_is_for_one_alpha_everywhere():
     """Uneven acceptance: accepted, accepted, rejected, rejected, over and over (mean 0.5).  One alpha of 0.5 for every
     token would pay at this cost, and the text does not: a call after an acceptance lands two tokens on, on a
