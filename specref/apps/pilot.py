@@ -13,9 +13,16 @@ the whole answer's.  This pilot instead reads the target's own text:
    call whose first draft token is token t, the target has processed tokens[:t - 1] (the newest
    token is not yet scored), and the draft proposes row after row over the true tokens t, t+1, ...,
    chaining its own predictions past the target's last state, exactly as in a call that accepted
-   them (`replay`).  accept[n, j - 1] = sum_x min(p(x), q(x)) at the j-th row, both warped as the
-   run warps them: the chance that the j-th draft token is accepted given the first j - 1 were
-   (Definition 3.1, per position and depth instead of one average).  The rows are timed as a call
+   them (`replay`).  accept[n, j - 1] = min(1, p(x) / q(x)) at the j-th row, x the text's own token
+   there, both rows warped as the run warps them: the chance that the j-th draft token was accepted,
+   given the first j - 1 were and given that the text goes on with x.  A call that accepts a draft
+   outputs it, so P(accepted and x) = min(p(x), q(x)), and over x ~ q its mean is Definition 3.1's
+   alpha = sum_x min(p(x), q(x)); but alpha itself, the chance before the token is known, forgets
+   that the text and the acceptances go together (a copy draft is accepted exactly where the text
+   copies), and a replay with alpha at every position predicted other calls than speculative
+   sampling made on the same kind of text (a test measures both).  Where the replay's row gives x no
+   mass (its rows are computed in one pass, the text's one at a time, and a near-tie or the edge of
+   the top-p nucleus can fall either way), the chance before the token stands in.  The rows are timed as a call
    meets them: at every TIMED_EVERY-th position the target first makes the decode step the loop
    would have made just before (it streams the target's weights through the CPU's caches, and a
    draft row read right after one costs about twice a row read after other draft rows), then the
@@ -27,16 +34,29 @@ the whole answer's.  This pilot instead reads the target's own text:
    `draft_cost`) plus the measured cost of scoring k + 1 tokens (`chain_speedup`).  Correlations along the text (a copied line accepts
    run after run) are kept, which one average alpha loses.
 
-Greedy decoding with a deterministic draft has every accept 0 or 1, and the calls are then exactly
-those speculative sampling makes on that completion (a test checks this on the real model).  Under
-sampling the completion is one draw of the target's text: the run's own text differs, and a
-prediction is only as good as the pilot text is typical.
+Given its text, speculative sampling's acceptances are independent with the chances of step 2, so the
+expected calls of step 3 are exactly those of a run that wrote that text, and over texts sampled as
+the run samples them, those of the run.  Greedy decoding with a deterministic draft has every accept
+0 or 1, and the calls are then exactly those speculative sampling makes on that completion (a test
+checks this on the real model).  Under sampling the pilot reads a few draws of the target's text:
+the run's own text differs, and a prediction is only as good as the pilot's texts are typical.
 
 A tree's chances by rank at each depth (`specref.apps.demo.TreeProfile`'s `profile`) come from the
 same replay: at each depth of each call the draft's children are drawn as the tree would draw them
 from the row there, and their chances (`root_chances`) are averaged, weighted by the chance
 that the walk got that deep and by how often a call starts at that position (the expected calls of
-a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).
+a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).  Unlike
+a chain's, these chances are the ones before the text's token is known (alpha's kind, not step 2's):
+the tree formula multiplies one table of chances along every path, which only the text's own path
+could condition.  Children drawn top-k (greedy decoding, prompt lookup) need no formula: given the
+text, the walk goes on exactly where the text's next token is a child in the tree, so the replay keeps
+that token's rank at each depth of each call (`Replay.ranks`) and `tree_calls` counts a shape's calls
+over the text, exactly (greedily) or exactly in expectation (sampled texts), as step 3 does for a
+chain.  Tested: the chances multiplied along paths missed those calls (they forget where the calls
+start, which in copied text decides how deep they go).  They are
+measured at every depth a chosen tree can reach (TREE_DEPTHS): a depth not measured would take the
+deepest measured one's chances, and in copied text, where a walk that got three deep nearly always
+goes on, that promised a deep spine tokens the text's copied runs do not have.
 """
 
 from __future__ import annotations
@@ -49,11 +69,12 @@ import numpy as np
 
 from specref import speedup
 from specref.sampling import check_tokens, draft_length, next_distributions
-from specref.trees import Tree, draft_rows, draw_children
+from specref.trees import Tree, check_parents, children_of, depth, draft_rows, draw_children
 from specref.warps import Warp
 
 K_CHOICES = 8    # K is chosen among 1..K_CHOICES
-TREE_DEPTHS = 4  # depths of a tree's profile measured (the root and depths 1 to 3), as demo.TREE_PILOT
+TREE_DEPTHS = K_CHOICES  # depths of a tree's profile measured (the root and depths 1 to 7): as deep as a chosen
+                         # tree reaches, so that no depth takes a shallower one's chances (module docstring)
 TREE_WIDTH = 4   # children ranked at each depth, and the widest node a chosen tree may have
 TREE_VERIFY = {"topk": "topk", "iid": "mss", "without_replacement": "rrs"}  # the verify column of a tree row
 TIMED_EVERY = 4  # the draft's rows are timed at every 4th position of a pilot text, each after a target decode step
@@ -75,6 +96,9 @@ class Replay:
     depth_seconds: np.ndarray = field(default_factory=lambda: np.zeros(0))  # [j]: time of the timed rows at depth
                                  # j + 1 of a call (the first's with the draft's decision how far to draft)
     depth_rows: np.ndarray = field(default_factory=lambda: np.zeros(0))     # [j]: how many rows that was
+    ranks: list = field(default_factory=list)  # per completion, for children drawn top-k: [L, TREE_DEPTHS] ints, the
+                                               # rank of the text's token among the children drawn at depth d of a
+                                               # call at n, -1 if none is it (`tree_calls`); empty otherwise
 
     @property
     def c(self) -> float:
@@ -93,7 +117,8 @@ class Replay:
 
     @property
     def alpha(self) -> float:
-        """The one-step-ahead acceptance averaged over the completions' positions (Definition 3.1)."""
+        """The one-step-ahead acceptance averaged over the completions' positions, given each position's token (module
+        docstring, step 2): over texts sampled as the run samples them, its mean is Definition 3.1's alpha."""
         first = np.concatenate([a[:, 0] for a in self.accept]) if self.accept else np.zeros(0)
         return float(first.mean()) if first.size else 0.0
 
@@ -118,7 +143,7 @@ class Replay:
                       self.tree_weights + other.tree_weights, self.draft_seconds + other.draft_seconds,
                       self.rows + other.rows, self.decode_seconds + other.decode_seconds,
                       self.decode_steps + other.decode_steps, _plus(self.depth_seconds, other.depth_seconds),
-                      _plus(self.depth_rows, other.depth_rows))
+                      _plus(self.depth_rows, other.depth_rows), self.ranks + other.ranks)
 
     @staticmethod
     def pooled(replays: "list[Replay]") -> "Replay":
@@ -217,11 +242,13 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
     P, L = len(prompt), len(completion)
     q = warp(next_distributions(target, full, L + 1)[:L])      # [L, V] q[i]: the target's row for completion token i
     cache = getattr(target, "cache", None)
-    accept = np.full((L, k_max), np.nan)
+    accept = np.full((L, k_max), np.nan)                    # given the text's tokens (module docstring, step 2)
+    alphas = np.full((L, k_max), np.nan)                    # before them, as a tree's chances are
     drafted = np.zeros((L, k_max), np.int64)
     chances_at = np.zeros((L, TREE_DEPTHS, TREE_WIDTH))      # [n, depth, rank] chances, times the reach
     reach_at = np.zeros((L, TREE_DEPTHS))                   # [n, depth] the chance the walk got there
     candidates = getattr(draft, "candidates", None) if drawing == "topk" else None
+    ranks = np.full((L, TREE_DEPTHS), -1, np.int64)           # top-k children: the text token's rank (`tree_calls`)
     rng = rng if rng is not None else np.random.default_rng(0)
     depth_seconds, depth_rows = np.zeros(k_max), np.zeros(k_max)
     for n in range(L - 1, -1, -1):                          # later calls first: the cache only shrinks
@@ -241,17 +268,21 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             raw = next_distributions(draft, context, 1)[0]
             p = warp(raw[None])[0]
             rows.append(time.perf_counter() - start)
-            accept[n, j - 1] = float(np.minimum(p, q[n + j - 1]).sum())
+            x, qx = completion[n + j - 1], q[n + j - 1]
+            alphas[n, j - 1] = float(np.minimum(p, qx).sum())  # before the text's token (Definition 3.1)
+            accept[n, j - 1] = min(1.0, float(p[x] / qx[x])) if qx[x] > 0 else alphas[n, j - 1]  # given it (step 2)
             d = j - 1
-            if drawing is not None and d < TREE_DEPTHS and reach > 0:
+            if drawing is not None and d < TREE_DEPTHS and (reach > 0 or drawing == "topk"):
                 if candidates is not None:
                     kids = [int(v) for v in candidates(context, TREE_WIDTH)]
                 else:
-                    kids = draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)
+                    kids = [int(v) for v in draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)]
+                if drawing == "topk" and x in kids:
+                    ranks[n, d] = kids.index(x)
                 chances = root_chances(kids, p, q[n + j - 1], drawing)
                 chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
                 reach_at[n, d] = reach
-            reach *= accept[n, j - 1]
+            reach *= alphas[n, j - 1]
         if timed:
             depth_seconds[:len(rows)] += rows
             depth_rows[:len(rows)] += 1
@@ -259,11 +290,35 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
             drafted[n, K - 1] = draft_length(draft, full[:t], K)
     # Calls do not start at every position: one that accepts a run of drafts skips it, so the positions
     # after a rejection start more calls than those inside a copied run.  Each position's chances count
-    # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`).
-    starts = call_mass(accept, drafted[:, k_max - 1])        # [L]
+    # as often as a call starts there, in expectation, with a chain of k_max drafts (`call_mass`), all of
+    # it with the chances before each token is known, as the tree's own chances are.
+    starts = call_mass(alphas, drafted[:, k_max - 1])        # [L]
     sums, weights = np.einsum("n,ndw->dw", starts, chances_at), starts @ reach_at
     return Replay([accept], [drafted], sums, weights, float(depth_seconds.sum()), int(depth_rows.sum()),
-                  decode_seconds, decode_steps, depth_seconds, depth_rows)
+                  decode_seconds, decode_steps, depth_seconds, depth_rows, [ranks] if drawing == "topk" else [])
+
+
+def tree_calls(ranks: np.ndarray, parents) -> int:  # [L, D], [N] -> int
+    """The target calls a tree of drafts of this shape, children drawn top-k, makes to write a text of L tokens,
+    given ranks[n, d]: the rank of the text's token among the children drawn at depth d of a call whose first draft
+    token is token n (-1 if none is it; `Replay.ranks`).  Top-k children are the draft's best, so given the text the
+    walk is certain: at each node it goes on to the child whose token the text has next, if that child is in the
+    tree, and a call that stops at depth d writes d + 1 tokens.  So the count is exact, greedily and, over sampled
+    texts, in expectation: `best_tree` predicts a top-k tree's speedup from it rather than from the chances by rank,
+    whose product along a path forgets where the calls start (a test counts the calls both ways)."""
+    ranks = np.asarray(ranks)
+    children = children_of(check_parents(parents).tolist())
+    L, D = ranks.shape
+    if depth(parents) > D:
+        raise ValueError(f"a tree {depth(parents)} deep needs ranks at {depth(parents)} depths; the replay has {D}")
+    calls = n = 0
+    while n < L:
+        calls, node, d = calls + 1, -1, 0
+        while d < D and n + d < L and 0 <= ranks[n, d] < len(children[node + 1]):
+            node, d = children[node + 1][ranks[n, d]], d + 1
+        n += d + 1
+    return calls
+
 
 
 # ---------------------------------------------------------------- the chances of a tree's children
@@ -379,20 +434,29 @@ class TreeChoice:
 
 def choose_tree_replayed(replay: Replay, drawing: str, costs: list[float], chain: KChoice | None = None
                          ) -> TreeChoice:
-    """`best_tree` with the chances by rank and the rows' costs by depth of a draft's replay over the pilot's text."""
-    return best_tree(replay.profile, drawing, replay.c_by_depth, costs, chain)
+    """`best_tree` with the chances by rank and the rows' costs by depth of a draft's replay over the pilot's text,
+    and for children drawn top-k the text tokens' ranks (`Replay.ranks`)."""
+    return best_tree(replay.profile, drawing, replay.c_by_depth, costs, chain,
+                     replay.ranks if drawing == "topk" else None)
 
 
-def best_tree(profile, drawing: str, c, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
-    """The tree of `tree_shapes()` that `speedup.tree_walltime_improvement` predicts fastest from chances by rank
-    at each depth (`profile`), the draft's cost per row (c, or its costs by row depth: `draft_cost`) and the scoring
-    costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve` prices it where the tree's own cost was
-    measured, else a chain of N + 1 tokens)."""
+def best_tree(profile, drawing: str, c, costs: list[float], chain: KChoice | None = None,
+              ranks: list | None = None) -> TreeChoice:
+    """The tree of `tree_shapes()` predicted fastest from the draft's cost per row (c, or its costs by row depth:
+    `draft_cost`), the scoring costs (costs[N - 1]: a tree of N nodes, as `speedup.tree_cost_curve` prices it where
+    the tree's own cost was measured, else a chain of N + 1 tokens) and its tokens per call: with `ranks` (children
+    drawn top-k, one [L, D] array per pilot text) the calls it makes over those texts (`tree_calls`), otherwise
+    `speedup.tree_walltime_improvement`'s from the chances by rank at each depth (`profile`)."""
     profile = profile or [0.0]
+    if ranks is not None and drawing != "topk":
+        raise ValueError(f"ranks give a tree's calls only for children drawn top-k, not {drawing!r}")
 
     def predicted(name: str) -> float:
         tree = Tree.parse(name)
         rows = draft_rows(tree.parents)
+        if ranks:
+            tokens, calls = sum(len(r) for r in ranks), sum(tree_calls(r, tree.parents) for r in ranks)
+            return tokens / calls / (draft_cost(c, rows) + float(costs[tree.size - 1]))
         return speedup.tree_walltime_improvement(tree.parents, profile, draft_cost(c, rows) / max(rows, 1),
                                                  costs[tree.size - 1])
 

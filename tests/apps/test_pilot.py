@@ -7,12 +7,13 @@ see the target's later states as its negative control)."""
 import numpy as np
 import pytest
 
-from specref import speedup
+from specref import speedup, trees
 from specref.apps import demo, pilot
 from specref.drafts import NGramDraft, PromptLookupDraft
 from specref.runstats import RunStats
 from specref.sampling import autoregressive_sampling, next_distributions, speculative_sampling
 from specref.smollm2.draft import shipped_draft
+from specref.trees import Tree
 from specref.warps import Warp, Warped
 
 
@@ -132,6 +133,22 @@ def test_greedy_replay_of_the_trained_draft_counts_the_calls_on_the_real_model(s
     assert told_apart[0] is False and any(told_apart[1:])   # one step ahead the two agree; deeper they do not
 
 
+@pytest.mark.slow
+def test_a_greedy_top_k_trees_calls_are_counted_exactly_on_the_real_model(smollm2):
+    """The trained draft with lookup, greedy, trees drawn top-k: `tree_calls` over the replay's ranks must count the
+    calls the demo's runs make with each shape on the same text."""
+    tok = smollm2.tokenizer
+    prompt = tok.chat([{"role": "user", "content": "Write a Python function that returns the n-th Fibonacci number."}])
+    text = demo.generate(smollm2, prompt, "ArS", "-", 1, 0.0, None, 40, 1, tok.eos_id)
+    draft = demo.demo_draft(smollm2, prompt, "neural+lookup")
+    rep = pilot.replay(smollm2, draft, prompt, text.tokens, Warp(0.0), pilot.K_CHOICES, "topk")
+    for shape in ("2+1", "3+1+1", "2x2", "2+1+1+1+1+1+1"):
+        tree = Tree.parse(shape, "topk")
+        run = demo.generate(smollm2, prompt, "SpS", "neural+lookup", tree.size, 0.0, None, 40, 1, tok.eos_id, tree=tree)
+        assert run.tokens == text.tokens
+        assert pilot.tree_calls(rep.ranks[0], tree.parents) == run.stats.loops, shape
+
+
 def test_a_replayed_choice_that_does_not_pay_says_the_alpha_needed_is_for_one_alpha_everywhere():
     """Uneven acceptance: accepted, accepted, rejected, rejected, over and over (mean 0.5).  One alpha of 0.5 for every
     token would pay at this cost, and the text does not: a call after an acceptance lands two tokens on, on a
@@ -233,3 +250,200 @@ def test_costs_by_depth_are_pooled_over_completions_and_measured_in_decode_steps
     flat = pilot.Replay([np.ones((4, 2))], [np.ones((4, 2), np.int64)], draft_seconds=0.2, rows=1, decode_seconds=1.0,
                         decode_steps=1)
     assert flat.c_by_depth == [flat.c]                        # a replay without depths: one c for every row
+
+
+# ---- a tree's chances by depth: measured as deep as a chosen tree reaches ----------------------------------------
+
+class Periodic:
+    """A greedy toy model over V = 40 tokens: after a prefix of m tokens, token 10 + m % 30, one-hot.  As a draft
+    (miss_every=6) it proposes another token whenever m is a multiple of 6, so every call that starts at m = 1
+    (mod 6) accepts five drafts and is corrected at the sixth."""
+
+    V = 40
+
+    def __init__(self, miss_every: int | None = None):
+        self.miss_every = miss_every
+
+    def next_probs(self, tokens, k):
+        rows = np.zeros((k, self.V))
+        for i, m in enumerate(range(len(tokens) - k + 1, len(tokens) + 1)):
+            miss = self.miss_every is not None and m % self.miss_every == 0
+            rows[i, 10 + (m + miss) % 30] = 1.0
+        return rows
+
+
+def test_a_deep_trees_chances_are_measured_at_every_depth_it_reaches(monkeypatch):
+    """Runs of five accepted drafts, then a miss: a greedy tree 2+1+1+1+1+1+1 (a spine 7 deep) yields 6 tokens a
+    call, which the replay's chances by depth predict exactly, and the run makes.  Control: measured at 4 depths
+    only (as the pilot once was), the depths below take depth 3's chance, 1, and the same tree is predicted 8."""
+    target, draft = Periodic(), Periodic(miss_every=6)
+    tree = Tree.parse("2+1+1+1+1+1+1", "topk")
+    prompt, n = np.array([10, 11, 12, 13, 14, 15, 16]), 60    # the first call drafts from m = 7, 1 (mod 6)
+    stats = RunStats()
+    out = speculative_sampling(prompt, draft, target, n, tree.size, np.random.default_rng(0), on_step=stats.add,
+                               tree=tree)
+    text = out[len(prompt):]
+    assert n / stats.loops == 6.0                              # the run: ten calls of six tokens
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    assert len(rep.profile) == 6 and rep.profile[5][0] == 0.0  # the sixth draft of every call is the miss
+    assert speedup.tree_expected_tokens(tree.parents, rep.profile) == pytest.approx(6.0)
+    monkeypatch.setattr(pilot, "TREE_DEPTHS", 4)
+    shallow = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    assert len(shallow.profile) == 4
+    assert speedup.tree_expected_tokens(tree.parents, shallow.profile) == pytest.approx(8.0)
+
+
+# ---- sampled text: the chances given the text's tokens --------------------------------------------------------
+
+class Sticky:
+    """A toy target over V = 8 tokens that copies the token LAG back with chance 0.95 after a copied token and 0.3
+    otherwise (the rest uniform): copying comes in runs, as code that repeats its prompt does."""
+
+    V, LAG = 8, 4
+
+    def row(self, tokens):
+        copied = len(tokens) > self.LAG and tokens[-1] == tokens[-1 - self.LAG]
+        a = 0.95 if copied else 0.3
+        out = np.full(self.V, (1 - a) / self.V)
+        out[tokens[-self.LAG]] += a
+        return out
+
+    def next_probs(self, tokens, k):
+        return np.stack([self.row(tokens[:len(tokens) - k + 1 + i]) for i in range(k)])
+
+
+class Copier(Sticky):
+    """The draft: all its mass on the token LAG back (a one-hot copy, like prompt lookup)."""
+
+    def row(self, tokens):
+        return np.eye(self.V)[tokens[-self.LAG]]
+
+
+def test_sampled_replays_predict_the_calls_of_speculative_sampling_in_expectation():
+    """Given the text, speculative sampling's acceptances are independent with chance min(1, p(x) / q(x)) at each
+    token x (module docstring), so the replay's expected calls, averaged over texts the target samples, are the
+    mean calls of speculative sampling: within 4 standard errors (a false alarm about once in 16,000 seed sets; the
+    seeds are fixed).  Control: the same replay with Definition 3.1's alpha = sum_x min(p, q) at each position,
+    the chance before the token is known, which forgets that a copy draft is accepted exactly where the text copies;
+    the same test must reject it."""
+    target, draft = Sticky(), Copier()
+    prompt, n, K, texts = np.array([1, 2, 3, 4, 5, 6, 7]), 40, 4, 800
+    given, before, runs = [], [], []
+    for s in range(texts):
+        text = autoregressive_sampling(prompt, target, n, np.random.default_rng([7, s]))[len(prompt):]
+        rep = pilot.replay(target, draft, prompt, text, Warp(1.0), K)
+        given.append(pilot.call_mass(rep.accept[0], rep.drafted[0][:, K - 1]).sum())
+        full = np.concatenate([prompt, text])
+        alpha = np.array([[np.minimum(draft.row(full[:len(prompt) + m + j]), target.row(full[:len(prompt) + m + j])).sum()
+                           for j in range(K)] for m in range(n)])
+        before.append(pilot.call_mass(alpha, rep.drafted[0][:, K - 1]).sum())
+        stats = RunStats()
+        speculative_sampling(prompt, draft, target, n, K, np.random.default_rng([8, s]), on_step=stats.add)
+        runs.append(stats.loops)
+
+    def z(a, b):
+        return (np.mean(a) - np.mean(b)) / np.sqrt(np.var(a) / len(a) + np.var(b) / len(b))
+
+    assert abs(z(given, runs)) < 4
+    assert abs(z(before, runs)) > 4                            # the control: alpha at every position
+
+
+def test_a_token_the_replays_row_gives_no_mass_takes_the_chance_before_the_token():
+    """The replay's rows come from one teacher-forced pass and the text's from one step at a time, so at a near-tie
+    (or the edge of the top-p nucleus) the text's token can get no mass in the replay's row.  There the chance before
+    the token, sum min(p, q), stands in, instead of min(1, p(x) / 0)."""
+    target, draft = Periodic(), Periodic(miss_every=6)
+    prompt = np.array([10, 11, 12, 13, 14, 15, 16])
+    text = speculative_sampling(prompt, draft, target, 12, 4, np.random.default_rng(0))[len(prompt):]
+    text[5] = 39                                               # a token the greedy target never gives, where
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), 4)  # the draft misses (m = 12): the chance is 0
+    full = np.concatenate([prompt, text])
+    p, q = draft.next_probs(full[:len(prompt) + 5], 1)[0], target.next_probs(full[:len(prompt) + 5], 1)[0]
+    assert q[39] == 0 and p[39] == 0 and np.minimum(p, q).sum() == 0.0
+    assert rep.accept[0][5, 0] == 0.0 and rep.accept[0][4, 1] == 0.0   # at depths 1 and 2 of the calls reaching it
+    assert np.isfinite(rep.accept[0][~np.isnan(rep.accept[0])]).all()
+
+
+# ---- trees with children drawn top-k: the walk given the text --------------------------------------------------
+
+SHAPES = ("1+1+1", "3+1", "2x2", "2+2+1", "4+1+1", "2+1+1+1+1+1+1")
+
+
+@pytest.mark.parametrize("name", ["ngram", "periodic"])
+def test_a_greedy_top_k_trees_calls_are_counted_exactly_by_its_walk_over_the_text(name):
+    """Greedily, the text is the target's and a top-k tree's walk along it is certain, so `tree_calls` over the
+    replay's ranks must give the calls speculative sampling makes with that tree, shape by shape.  Control: the
+    chances by rank multiplied along each path (`speedup.tree_expected_tokens`, the formula for trees drawn at
+    random) miss those calls on some shape."""
+    if name == "ngram":
+        target, draft = toy_models()
+        prompt, n = np.array([1, 2, 3, 1, 2]), 60
+    else:
+        target, draft = Periodic(), Periodic(miss_every=4)
+        prompt, n = np.array([10, 11, 12, 13, 14, 15, 16]), 60
+    greedy = Warped(target, 0.0)
+    text = autoregressive_sampling(prompt, greedy, n, np.random.default_rng(0))[len(prompt):]
+    rep = pilot.replay(target, draft, prompt, text, Warp(0.0), pilot.K_CHOICES, "topk")
+    missed = []
+    for shape in SHAPES:
+        tree = Tree.parse(shape, "topk")
+        stats = RunStats()
+        out = speculative_sampling(prompt, draft, greedy, n, tree.size, np.random.default_rng(0), on_step=stats.add,
+                                   tree=tree)
+        assert np.array_equal(out[len(prompt):], text)
+        assert pilot.tree_calls(rep.ranks[0], tree.parents) == stats.loops, shape
+        missed.append(abs(n / speedup.tree_expected_tokens(tree.parents, rep.profile) - stats.loops) > 0.5)
+    assert any(missed)
+
+
+def test_a_top_k_trees_prediction_is_its_tokens_over_its_calls_cost():
+    """best_tree with ranks: tokens / calls / (draft rows' cost + the tree's scoring cost), per shape, and the
+    ranks refused for trees drawn at random; a tree deeper than the ranks measured is refused, not cut short."""
+    ranks = [np.array([[0, 0, -1], [1, -1, -1], [0, -1, -1], [-1, -1, -1]])]   # a text of 4 tokens
+    costs = [1.0, 1.1, 1.2, 1.3]
+    choice = pilot.best_tree([[0.5]], "topk", 0.1, costs, ranks=ranks)
+    calls = pilot.tree_calls(ranks[0], Tree.parse(choice.tree).parents)
+    rows = trees.draft_rows(Tree.parse(choice.tree).parents)
+    assert choice.predicted == pytest.approx(4 / calls / (0.1 * rows + costs[Tree.parse(choice.tree).size - 1]))
+    assert pilot.tree_calls(ranks[0], Tree.parse("2+1").parents) == 2       # 3 tokens (0, 0), then 1 (-1)
+    assert pilot.tree_calls(ranks[0], Tree.parse("1+1").parents) == 2
+    second = np.array([[-1], [1], [-1], [-1]])                                # the text's token 1 is the second child
+    assert pilot.tree_calls(second, Tree.parse("2").parents) == 3           # 1 token, 2 (rank 1 taken), 1
+    assert pilot.tree_calls(second, Tree.parse("1").parents) == 4           # 1 token a call: rank 1 is not in the tree
+    with pytest.raises(ValueError, match="only for children drawn top-k"):
+        pilot.best_tree([[0.5]], "without_replacement", 0.1, costs, ranks=ranks)
+    with pytest.raises(ValueError, match="4 deep needs ranks at 4 depths"):
+        pilot.tree_calls(ranks[0], Tree.parse("1+1+1+1").parents)
+
+
+class Soft(Sticky):
+    """A draft that puts 0.7 on the token LAG back and spreads the rest: its top-k children differ from its top 1."""
+
+    def row(self, tokens):
+        out = np.full(self.V, 0.3 / self.V)
+        out[tokens[-self.LAG]] += 0.7
+        return out
+
+
+def test_a_sampled_top_k_trees_calls_are_those_of_speculative_sampling_in_expectation():
+    """Given a sampled text, a top-k tree's walk is as certain as greedily (the walk takes the child that is the
+    text's next token), so `tree_calls` averaged over texts the target samples is the mean of speculative sampling's
+    calls with that tree: within 4 standard errors (a false alarm about once in 16,000 seed sets; fixed seeds).
+    Control: the chances by rank multiplied along each path (`speedup.tree_expected_tokens`), the same test must
+    reject."""
+    target, draft, tree = Sticky(), Soft(), Tree.parse("2+1+1", "topk")
+    prompt, n, texts = np.array([1, 2, 3, 4, 5, 6, 7]), 40, 600
+    walked, runs, sums, weights = [], [], 0.0, 0.0
+    for s in range(texts):
+        text = autoregressive_sampling(prompt, target, n, np.random.default_rng([7, s]))[len(prompt):]
+        rep = pilot.replay(target, draft, prompt, text, Warp(1.0), tree.depth, "topk")   # the depths it reaches
+        walked.append(pilot.tree_calls(rep.ranks[0], tree.parents))
+        sums, weights = sums + rep.tree_sums, weights + rep.tree_weights
+        stats = RunStats()
+        speculative_sampling(prompt, draft, target, n, tree.size, np.random.default_rng([8, s]), on_step=stats.add,
+                             tree=tree)
+        runs.append(stats.loops)
+    se = np.sqrt(np.var(walked) / texts + np.var(runs) / texts)
+    assert abs(np.mean(walked) - np.mean(runs)) < 4 * se
+    profile = [list(row / w) for row, w in zip(sums, weights) if w > 0]
+    assert abs(n / speedup.tree_expected_tokens(tree.parents, profile) - np.mean(runs)) > 4 * se   # the control
