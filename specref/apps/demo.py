@@ -402,9 +402,11 @@ def table(results: list[Run]) -> str:
     trees = [r for r in results if r.why_tree]
     if trees:
         rows.append("")
-        rows.append("Trees per draft, and their predictions before the run: Theorem 3.8 for trees "
-                    "(specref.speedup.tree_walltime_improvement) with the same costs, the chances by rank at each "
-                    "depth from the same replay (a tree row is run where one pays; --tree forces one):")
+        rows.append("Trees per draft, and their predictions before the run, with the same costs: top-k children from "
+                    "the calls each shape makes over the pilot's text (specref.apps.pilot.tree_calls), children drawn "
+                    "at random from Theorem 3.8 for trees (specref.speedup.tree_walltime_improvement) with the "
+                    "chances by rank at each depth from the same replay (a tree row is run where one pays; --tree "
+                    "forces one):")
         for r in trees:
             setting = "greedy" if r.temperature == 0 else f"T {r.temperature}, top-p {r.top_p}"
             rows.append(f"  {r.draft}, {setting}: {r.why_tree}")
