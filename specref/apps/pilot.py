@@ -45,18 +45,18 @@ A tree's chances by rank at each depth (`specref.apps.demo.TreeProfile`'s `profi
 same replay: at each depth of each call the draft's children are drawn as the tree would draw them
 from the row there, and their chances (`root_chances`) are averaged, weighted by the chance
 that the walk got that deep and by how often a call starts at that position (the expected calls of
-a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).  Unlike
-a chain's, these chances are the ones before the text's token is known (alpha's kind, not step 2's):
-the tree formula multiplies one table of chances along every path, which only the text's own path
-could condition.  Children drawn top-k (greedy decoding, prompt lookup) need no formula: given the
-text, the walk goes on exactly where the text's next token is a child in the tree, so the replay keeps
+a chain of k_max drafts: a call that accepts a copied run skips the positions inside it).  They are
+measured at every depth a chosen tree can reach (TREE_DEPTHS): a depth not measured would take the
+deepest measured one's chances, and in copied text, where a walk that got three deep nearly always
+goes on, that promised a deep spine tokens the text's copied runs do not have.  Unlike a chain's,
+these chances are the ones before the text's token is known (alpha's kind, not step 2's): the tree
+formula multiplies one table of chances along every path, which only the text's own path could
+condition.  Children drawn top-k (greedy decoding, prompt lookup) need no formula: given the text,
+the walk goes on exactly where the text's next token is a child in the tree, so the replay keeps
 that token's rank at each depth of each call (`Replay.ranks`) and `tree_calls` counts a shape's calls
 over the text, exactly (greedily) or exactly in expectation (sampled texts), as step 3 does for a
 chain.  Tested: the chances multiplied along paths missed those calls (they forget where the calls
-start, which in copied text decides how deep they go).  They are
-measured at every depth a chosen tree can reach (TREE_DEPTHS): a depth not measured would take the
-deepest measured one's chances, and in copied text, where a walk that got three deep nearly always
-goes on, that promised a deep spine tokens the text's copied runs do not have.
+start, which in copied text decides how deep they go).
 """
 
 from __future__ import annotations
@@ -318,7 +318,6 @@ def tree_calls(ranks: np.ndarray, parents) -> int:  # [L, D], [N] -> int
             node, d = children[node + 1][ranks[n, d]], d + 1
         n += d + 1
     return calls
-
 
 
 # ---------------------------------------------------------------- the chances of a tree's children
