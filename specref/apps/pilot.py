@@ -279,7 +279,7 @@ def replay(target, draft, prompt, completion, warp: Warp, k_max: int, drawing: s
                     kids = [int(v) for v in draw_children(raw if drawing == "topk" else p, TREE_WIDTH, drawing, rng)]
                 if drawing == "topk" and x in kids:
                     ranks[n, d] = kids.index(x)
-                chances = root_chances(kids, p, q[n + j - 1], drawing)
+                chances = root_chances(kids, p, qx, drawing)
                 chances_at[n, d, :len(chances)] = reach * np.asarray(chances)
                 reach_at[n, d] = reach
             reach *= alphas[n, j - 1]
