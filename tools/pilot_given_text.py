@@ -25,38 +25,7 @@ from specref.runstats import RunStats
 from specref.sampling import autoregressive_sampling, speculative_sampling
 from specref.trees import Tree
 from specref.warps import Warp
-
-V, LAG = 8, 4
-
-
-class Sticky:
-    """Copies the token LAG back with chance 0.95 after a copied token, 0.3 otherwise; the rest uniform."""
-
-    def row(self, tokens):
-        copied = len(tokens) > LAG and tokens[-1] == tokens[-1 - LAG]
-        a = 0.95 if copied else 0.3
-        out = np.full(V, (1 - a) / V)
-        out[tokens[-LAG]] += a
-        return out
-
-    def next_probs(self, tokens, k):
-        return np.stack([self.row(tokens[:len(tokens) - k + 1 + i]) for i in range(k)])
-
-
-class Copier(Sticky):
-    """All its mass on the token LAG back."""
-
-    def row(self, tokens):
-        return np.eye(V)[tokens[-LAG]]
-
-
-class Soft(Sticky):
-    """0.7 on the token LAG back, the rest spread."""
-
-    def row(self, tokens):
-        out = np.full(V, 0.3 / V)
-        out[tokens[-LAG]] += 0.7
-        return out
+from tests.apps.pilot_toys import Copier, Soft, Sticky
 
 
 def z(a, b) -> float:
@@ -91,7 +60,7 @@ def main() -> int:
         speculative_sampling(prompt, Soft(), target, n, tree.size, np.random.default_rng([8, s]), on_step=stats.add,
                              tree=tree)
         tree_runs.append(stats.loops)
-    print(f"toy target copying in runs, V = {V}, {n} tokens a text, {args.texts} texts; mean calls per text")
+    print(f"toy target copying in runs, V = {Sticky.V}, {n} tokens a text, {args.texts} texts; mean calls per text")
     print(f"chain K = {K}, one-hot copy draft: speculative sampling {np.mean(runs):.2f}")
     print(f"  replay, chances given the text's token   {np.mean(given):.2f}  z = {z(given, runs):+.1f}")
     print(f"  replay, alpha at every position (before) {np.mean(before):.2f}  z = {z(before, runs):+.1f}")

@@ -117,7 +117,7 @@ class Run:
     tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
     drawing: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
-    why_tree: str = ""  # how the tree was chosen (`choose_tree`)
+    why_tree: str = ""  # how the tree was chosen (`pilot.best_tree`)
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:
@@ -284,10 +284,6 @@ def replay_draft(model, prompt_ids: list[int], tokens, stats, draft, draft_name:
 
 # ---------------------------------------------------------------- trees of drafts
 
-TREE_PILOT = "4+4+4+4"  # the pilot's tree: 4 children at the root and below the first child at depths 1 to 3,
-                        # whose chances by rank at each depth are the profile (deeper depths take depth 3's)
-
-
 def tree_drawing(draft_name: str, temperature: float) -> str:
     """How the demo draws a draft's children: the draft's top-k (`specref.trees.draw_children`, verified by
     the target alone) when greedy, or for prompt lookup, whose rows are one-hot and whose several matches
@@ -353,15 +349,6 @@ class TreeProfile:
     @property
     def profile(self) -> list[list[float]]:
         return profile_table(self.calls, self.sums, self.deeper)
-
-
-def choose_tree(pilot: Run, base: Run, costs: list[float], chain: KChoice | None = None) -> TreeChoice:
-    """The tree of `tree_shapes()` maximising `speedup.tree_walltime_improvement`, with the chances by rank of
-    `pilot` (a short run with the tree TREE_PILOT), c from it relative to `base`'s decode step, and a tree of
-    N nodes priced as scoring N + 1 tokens (costs[N - 1]: the same rows in one pass; `bench` measures both).
-    A tree pays where it predicts more than 1 (faster than ArS); `chain`, the chain's choice, is said beside it."""
-    return best_tree(pilot.profile, pilot.drawing, pilot.stats.draft_ms_per_call / base.stats.target_ms_per_call,
-                     costs, chain)
 
 
 def table(results: list[Run]) -> str:

@@ -1,7 +1,7 @@
 """The demo's tree row: the chances by rank it measures, the tree it chooses from measured costs, and what it prints.
 
 `root_chances` is checked against the exact node law of specref.proof.tree (in fractions), `TreeProfile` against
-running the verifier, `choose_tree` against Theorem 3.8 for trees over every shape, and the table and verdicts say
+running the verifier, `pilot.best_tree` against Theorem 3.8 for trees over every shape, and the table and verdicts say
 where no tree pays.  humaneval's choice is the demo's, stored with the results and kept on resume (on a cheap n-gram
 target: seconds).
 """
@@ -63,12 +63,6 @@ def test_tree_profile_verifies_exactly_and_averages_the_root_chances():
     assert profile.profile[0] == pytest.approx(pilots.root_chances(np.array([0, 1]), p, q, profile.drawing))
 
 
-def pilot(profile, draft_ms, drawing="without_replacement"):
-    stats = types.SimpleNamespace(draft_ms_per_call=draft_ms, target_ms_per_call=10.0)
-    return demo.Run("SpS", "neural", 4, 0.8, 0.95, [1], stats, tree=demo.TREE_PILOT, drawing=drawing,
-                       profile=profile)
-
-
 def base():
     return demo.Run("ArS", "-", 0, 0.8, 0.95, [1], types.SimpleNamespace(target_ms_per_call=10.0, ms_per_token=10.0))
 
@@ -79,7 +73,7 @@ FREE = [1.0] * 8
 
 def test_the_chosen_tree_is_theorem_3_8_s_best_over_every_shape():
     profile = [0.35, 0.12, 0.07, 0.05]
-    choice = demo.choose_tree(pilot(profile, 0.5), base(), FREE)
+    choice = pilots.best_tree(profile, "without_replacement", 0.05, FREE)
     scores = {n: speedup.tree_walltime_improvement(Tree.parse(n).parents, profile, 0.05, 1.0) for n in pilots.tree_shapes()}
     assert choice.predicted == pytest.approx(max(scores.values())) and scores[choice.tree] == choice.predicted
     assert choice.pays and f"tree {choice.tree} predicts" in choice.why() and "rrs children" in choice.why()
@@ -87,7 +81,7 @@ def test_the_chosen_tree_is_theorem_3_8_s_best_over_every_shape():
 
 def test_where_no_tree_pays_the_choice_the_table_and_the_verdicts_say_so():
     chain = pilots.KChoice(1, 0.3, 0.1, 0.7, 0.8)
-    choice = demo.choose_tree(pilot([0.3, 0.1, 0.05, 0.03], 1.0), base(), ZEN3, chain)
+    choice = pilots.best_tree([0.3, 0.1, 0.05, 0.03], "without_replacement", 0.1, ZEN3, chain)
     assert not choice.pays and choice.predicted < 1 and "no tree pays (best tree" in choice.why()
     assert choice.why().endswith("(the chain: K = 1 predicts 0.70x)")
     stats = types.SimpleNamespace(ms_per_token=10.0, alpha_hat=0.3, tokens_per_target_call=1.3, target_ms_per_call=17.0,
@@ -147,7 +141,7 @@ def test_a_depth_no_walk_reached_ends_the_table_and_old_records_add_to_the_root_
 def test_a_tree_of_n_nodes_is_priced_as_scoring_n_plus_1_tokens():
     # every other test gives all sizes one cost, so pricing N nodes as N tokens (costs[N - 2]) went unseen
     profile, rising = [0.35, 0.12, 0.07, 0.05], [1.0 + 0.5 * k for k in range(8)]  # costs[K - 1]: K + 1 tokens
-    choice = demo.choose_tree(pilot(profile, 0.5), base(), rising)
+    choice = pilots.best_tree(profile, "without_replacement", 0.05, rising)
     tree = Tree.parse(choice.tree)
     assert choice.predicted == pytest.approx(speedup.tree_walltime_improvement(tree.parents, profile, 0.05,
                                                                                rising[tree.size - 1]))

@@ -15,6 +15,7 @@ from specref.sampling import autoregressive_sampling, next_distributions, specul
 from specref.smollm2.draft import shipped_draft
 from specref.trees import Tree
 from specref.warps import Warp, Warped
+from tests.apps.pilot_toys import Copier, Soft, Sticky
 
 
 def calls_by_recursion(accept, drafted, n=0):
@@ -295,30 +296,6 @@ def test_a_deep_trees_chances_are_measured_at_every_depth_it_reaches(monkeypatch
 
 # ---- sampled text: the chances given the text's tokens --------------------------------------------------------
 
-class Sticky:
-    """A toy target over V = 8 tokens that copies the token LAG back with chance 0.95 after a copied token and 0.3
-    otherwise (the rest uniform): copying comes in runs, as code that repeats its prompt does."""
-
-    V, LAG = 8, 4
-
-    def row(self, tokens):
-        copied = len(tokens) > self.LAG and tokens[-1] == tokens[-1 - self.LAG]
-        a = 0.95 if copied else 0.3
-        out = np.full(self.V, (1 - a) / self.V)
-        out[tokens[-self.LAG]] += a
-        return out
-
-    def next_probs(self, tokens, k):
-        return np.stack([self.row(tokens[:len(tokens) - k + 1 + i]) for i in range(k)])
-
-
-class Copier(Sticky):
-    """The draft: all its mass on the token LAG back (a one-hot copy, like prompt lookup)."""
-
-    def row(self, tokens):
-        return np.eye(self.V)[tokens[-self.LAG]]
-
-
 def test_sampled_replays_predict_the_calls_of_speculative_sampling_in_expectation():
     """Given the text, speculative sampling's acceptances are independent with chance min(1, p(x) / q(x)) at each
     token x (module docstring), so the replay's expected calls, averaged over texts the target samples, are the
@@ -414,15 +391,6 @@ def test_a_top_k_trees_prediction_is_its_tokens_over_its_calls_cost():
         pilot.best_tree([[0.5]], "without_replacement", 0.1, costs, ranks=ranks)
     with pytest.raises(ValueError, match="4 deep needs ranks at 4 depths"):
         pilot.tree_calls(ranks[0], Tree.parse("1+1+1+1").parents)
-
-
-class Soft(Sticky):
-    """A draft that puts 0.7 on the token LAG back and spreads the rest: its top-k children differ from its top 1."""
-
-    def row(self, tokens):
-        out = np.full(self.V, 0.3 / self.V)
-        out[tokens[-self.LAG]] += 0.7
-        return out
 
 
 def test_a_sampled_top_k_trees_calls_are_those_of_speculative_sampling_in_expectation():
