@@ -72,6 +72,12 @@ ROWS = {
         idle=["bench_xeon167_2026-11-29_coretype_haswell.txt"], busy=[], torch=[], hf=[]),
     "Xeon family 6 model 167, the same run's child, OPENBLAS_CORETYPE unset": dict(
         idle=["bench_xeon167_2026-11-29_coretype_haswell.txt:unset"], busy=[], torch=[], hf=[]),
+    "Zen 4 (family 25 model 17), fifth machine, 2026-11-30": dict(
+        idle=["bench_zen4_2026-11-30_a.json", "bench_zen4_2026-11-30_b.json"], busy=[], torch=[], hf=[]),
+    "Zen 4, fifth machine, the same hour, OPENBLAS_CORETYPE=Haswell": dict(
+        idle=["bench_zen4_2026-11-30_coretype_haswell.txt"], busy=[], torch=[], hf=[]),
+    "Zen 4, fifth machine, the same run's child, OPENBLAS_CORETYPE unset": dict(
+        idle=["bench_zen4_2026-11-30_coretype_haswell.txt:unset"], busy=[], torch=[], hf=[]),
 }
 
 _TXT = {"decode": r"decode step \(ms/token\)\s+([\d.]+)", "floor": r"decode / floor\s+([\d.]+)",
