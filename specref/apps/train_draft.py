@@ -17,7 +17,8 @@ interrupted run resumes from it.  The progress line shows the step, the loss, th
 
 Output: --out PATH (default: the cache's draft.npz); --install writes the draft that ships with
 the repository (specref/smollm2/draft.npz) and prints the SHA-256 to record in
-specref.smollm2.draft.SHIPPED_SHA256.  --quick: a small configuration (about a minute).
+specref.smollm2.draft.SHIPPED_SHA256.  --quick: a small configuration (about a minute), measured after training
+on the completions of the first 16 HumanEval prompts (--eval-prompts gives another number).
 """
 
 from __future__ import annotations
@@ -78,6 +79,10 @@ class Config:
         return _digest(d)
 
 
+# --quick measures alpha on the completions of the first 16 HumanEval prompts, not all 164: the held-out set is
+# made once per machine, and all 164 completions take about two minutes on an idle 2-core Zen 4, more than --quick's
+# whole minute.
+QUICK_EVAL_PROMPTS = 16
 QUICK = Config(tf_sequences=6, gen_sequences=6, held_out_sequences=4, max_new=24, seq_len=128,
                shard_sequences=4, hidden=64, kept=2048, steps=150, batch=64, lr=3e-3)
 
@@ -351,9 +356,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"state (default {Config.unroll})")
     parser.add_argument("--batch", type=options.integer(1, 65536), default=None,
                         help=f"examples per Adam step (default {Config.batch})")
-    parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=164,
+    parser.add_argument("--eval-prompts", metavar="N", type=options.integer(0, 164), default=None,
                         help="after training, measure alpha on the target's own completions of the first N "
-                             "HumanEval prompts (specref.apps.draft_eval; default all 164, 0: skip)")
+                             f"HumanEval prompts (specref.apps.draft_eval; default all 164, with --quick "
+                             f"{QUICK_EVAL_PROMPTS}; 0: skip)")
     parser.add_argument("--evaluate", metavar="DRAFT", type=existing_file, default=None,
                         help="train nothing: measure the draft file DRAFT on the held-out set (--eval-prompts) "
                              "and stop ('shipped' for the draft that ships with the repository)")
@@ -377,6 +383,14 @@ def existing_file(value: str) -> str:
     if value != "shipped" and not pathlib.Path(value).expanduser().is_file():
         raise argparse.ArgumentTypeError(f"expected a draft file that exists, or 'shipped'; got {value!r}")
     return value
+
+
+def eval_prompts(args) -> int:
+    """How many HumanEval prompts' completions alpha is measured on: --eval-prompts, else 164, or with --quick
+    QUICK_EVAL_PROMPTS."""
+    if args.eval_prompts is not None:
+        return args.eval_prompts
+    return QUICK_EVAL_PROMPTS if args.quick else 164
 
 
 def check_args(args) -> None:
@@ -417,15 +431,15 @@ def run(args) -> int:
         return 2
     if args.evaluate is not None:
         weights = nd.load_draft(None if args.evaluate == "shipped" else args.evaluate, model.config.vocab_size)
-        result = evaluate(model, weights, root, args.eval_prompts, log)
+        result = evaluate(model, weights, root, eval_prompts(args), log)
         if args.report:
             with replacing(args.report, "w") as f:
                 json.dump({"draft": args.evaluate, "meta": weights.meta, "humaneval_alpha": result}, f, indent=1)
             print(f"wrote {args.report}")
         return 0
     weights = run_training(model, config, root, args.workers, log)
-    if args.eval_prompts:
-        weights.meta["humaneval_alpha"] = evaluate(model, weights, root, args.eval_prompts, log)
+    if eval_prompts(args):
+        weights.meta["humaneval_alpha"] = evaluate(model, weights, root, eval_prompts(args), log)
     sha = nd.save_draft(out, weights)
     last = weights.meta["history"][-1]
     print(f"wrote {out} (SHA-256 {sha}); held-out alpha {last['held_out_alpha']:.3f}, "

@@ -528,3 +528,15 @@ def test_the_ridge_initialisation_is_the_same_in_chunks_and_is_the_least_squares
     wrong = W.copy()
     wrong[-1] += 0.1  # the control: a bias off by 0.1 does not solve them
     assert np.abs(G @ wrong - X.T @ Y).max() > 1e-3 * np.abs(X.T @ Y).max()
+
+
+def test_quick_measures_alpha_on_16_prompts_unless_told_and_the_full_run_on_all_164():
+    """The held-out set is made once per machine; all 164 completions take minutes, more than --quick's minute."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    td.add_arguments(parser)
+    assert td.eval_prompts(parser.parse_args(["--quick"])) == td.QUICK_EVAL_PROMPTS == 16
+    assert td.eval_prompts(parser.parse_args([])) == 164
+    assert td.eval_prompts(parser.parse_args(["--quick", "--eval-prompts", "164"])) == 164
+    assert td.eval_prompts(parser.parse_args(["--eval-prompts", "0"])) == 0
