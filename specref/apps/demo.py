@@ -59,7 +59,7 @@ import numpy as np
 
 from specref import speedup, verifiers
 from specref.apps import options, pilot
-from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, best_tree, choose_K_replayed,
+from specref.apps.pilot import (K_CHOICES, TREE_VERIFY, KChoice, TreeChoice, choose_K_replayed,
                                 choose_tree_replayed, root_chances)
 from specref.apps.costs import scoring_and_stream_ms, tree_scoring_passes, warp_ratio
 from specref.apps.named_drafts import DRAFTS, by_name, check_draft_file
@@ -117,7 +117,7 @@ class Run:
     tree: str = ""  # the tree's shape (`specref.trees.Tree.parse`), "" for a chain
     drawing: str = ""  # how the tree's children were drawn ("topk", "iid", "without_replacement")
     profile: list = field(default_factory=list)  # the tree's chances by rank at each depth (`TreeProfile`)
-    why_tree: str = ""  # how the tree was chosen (`pilot.best_tree`)
+    why_tree: str = ""  # how the tree was chosen (`pilot.choose_tree_replayed`)
 
 
 def until_eos(tokens, eos: int | None) -> list[int]:

@@ -429,17 +429,18 @@ def run(args) -> int:
     if config.features and max(config.features) > model.config.n_layers:
         print(f"error: argument --features: the target has {model.config.n_layers} blocks; got {list(config.features)}")
         return 2
+    n_eval = eval_prompts(args)
     if args.evaluate is not None:
         weights = nd.load_draft(None if args.evaluate == "shipped" else args.evaluate, model.config.vocab_size)
-        result = evaluate(model, weights, root, eval_prompts(args), log)
+        result = evaluate(model, weights, root, n_eval, log)
         if args.report:
             with replacing(args.report, "w") as f:
                 json.dump({"draft": args.evaluate, "meta": weights.meta, "humaneval_alpha": result}, f, indent=1)
             print(f"wrote {args.report}")
         return 0
     weights = run_training(model, config, root, args.workers, log)
-    if eval_prompts(args):
-        weights.meta["humaneval_alpha"] = evaluate(model, weights, root, eval_prompts(args), log)
+    if n_eval:
+        weights.meta["humaneval_alpha"] = evaluate(model, weights, root, n_eval, log)
     sha = nd.save_draft(out, weights)
     last = weights.meta["history"][-1]
     print(f"wrote {out} (SHA-256 {sha}); held-out alpha {last['held_out_alpha']:.3f}, "
