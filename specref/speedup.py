@@ -150,9 +150,11 @@ def warped_costs(costs, warp: float) -> list[float]:
     """The costs of calls that score 2, 3, ... rows (costs[i]: i + 2 rows: a chain of K = i + 1 drafts, or a tree of
     N = i + 1 nodes, in decode steps) as a sampled loop pays them: each row it scores is also warped (temperature,
     top-p), at `warp` decode steps a row (`specref.apps.costs.warp_ratio`), and so is the one row of the decode step
-    the costs are counted in: (cost + (i + 2) warp) / (1 + warp).  warp = 0 (greedy, nearly) leaves them as they are."""
-    if not (np.isfinite(warp) and warp >= 0):
-        raise ValueError(f"warp must be a finite cost >= 0 in decode steps, got {warp}")
+    the costs are counted in: (cost + (i + 2) warp) / (1 + warp).  warp = 0 leaves them as they are; a warp below 0 is
+    one cheaper than the softmax the costs were measured with (greedy: an argmax of the logits instead), but never
+    as cheap as -1 decode steps a row, which would make the decode step free."""
+    if not (np.isfinite(warp) and warp > -1):
+        raise ValueError(f"warp must be a finite cost > -1 in decode steps, got {warp}")
     return [(float(cost) + (i + 2) * warp) / (1.0 + warp) for i, cost in enumerate(costs)]
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from specref.sampling import draft_length, keep_path, next_distributions
-from specref.trees import tree_distributions
+from specref.trees import check_tree, tree_distributions
 
 # top-p first sorts only the tokens above these probabilities (one O(V) comparison instead
 # of an O(V log V) sort of 49152 entries); if they do not reach the requested mass the
@@ -56,6 +56,30 @@ class Warp:
         if np.all(np.count_nonzero(probs, axis=-1) == 1):  # one-hot rows (a deterministic draft) are a fixed point
             return probs
         out = probs if self.temperature == 1.0 else temperature(probs, self.temperature)
+        return self._truncate(out)
+
+    def from_logits(self, logits: np.ndarray) -> np.ndarray:  # [..., V] -> float64 [..., V]
+        """The rows self(softmax(logits)) gives, computed from the logits: softmax(x / T) is the same law as
+        softmax(log softmax(x) / T), and one exp over the row replaces an exp, a log and a second exp.  The loop
+        warps every row it scores (a tree of 5 nodes: 6 rows a call), so this is the cheap way for a target that
+        offers its logits (`Warped`).  Greedy is the argmax of the logits, the same token as the probabilities'."""
+        x = np.asarray(logits)
+        if not np.issubdtype(x.dtype, np.floating) or x.ndim < 1 or x.shape[-1] == 0:
+            raise ValueError(f"logits must be a non-empty float array [..., V], got {x.dtype} {x.shape}")
+        top = x.max(axis=-1, keepdims=True)
+        if not np.all(np.isfinite(top)):
+            raise ValueError("every row of logits needs a finite largest entry (NaN, +inf, or a row of -inf found)")
+        if self.greedy:
+            return greedy(x)
+        out = np.subtract(x, top, dtype=np.float64)  # in float64 straight from float32: exact, no copy first
+        if self.temperature != 1.0:
+            out /= self.temperature
+        np.exp(out, out=out)
+        out /= out.sum(axis=-1, keepdims=True)
+        return self._truncate(out)
+
+    def _truncate(self, out: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V]
+        """top-k, then top-p, after the temperature."""
         if self.top_k is not None:
             out = top_k(out, self.top_k)
         if self.top_p is not None and self.top_p < 1.0:
@@ -124,18 +148,28 @@ class Warped:
         self.warp = Warp(temperature, top_k, top_p)
 
     def __call__(self, tokens: np.ndarray) -> np.ndarray:  # [n] -> [n, V]
-        return self.warp(self.model(tokens))
+        return self.next_probs(tokens, len(tokens))
 
     def next_probs(self, tokens: np.ndarray, k: int) -> np.ndarray:  # [n] -> [k, V]
-        return self.warp(next_distributions(self.model, tokens, k))
+        """The wrapped model's rows for the last k positions, warped: from its logits if it offers them
+        (`Warp.from_logits`, one softmax at the temperature), else from its probabilities."""
+        logits = getattr(self.model, "next_logits", None)
+        if logits is None:
+            return self.warp(next_distributions(self.model, tokens, k))
+        return _rows(self.warp.from_logits(logits(tokens, k)), k, self.model, len(tokens))
 
     def draft_length(self, tokens: np.ndarray, K: int) -> int:
         """The wrapped model's (a warp does not change how far a draft drafts)."""
         return draft_length(self.model, tokens, K)
 
     def score_tree(self, tokens: np.ndarray, tree_tokens, parents) -> np.ndarray:  # [n], [N], [N] -> [N+1, V]
-        """The wrapped model's rows for a tree of drafts (`specref.trees.tree_distributions`), warped."""
-        return self.warp(tree_distributions(self.model, tokens, tree_tokens, parents))
+        """The wrapped model's rows for a tree of drafts (`specref.trees.tree_distributions`), warped: from its
+        logits if it offers them (`tree_logits`), as `next_probs`."""
+        logits = getattr(self.model, "tree_logits", None)
+        if logits is None:
+            return self.warp(tree_distributions(self.model, tokens, tree_tokens, parents))
+        t, par = check_tree(tree_tokens, parents)
+        return _rows(self.warp.from_logits(logits(tokens, t, par)), t.size + 1, self.model, len(tokens))
 
     def keep_path(self, nodes) -> None:  # [m] -> None
         """The wrapped model's (`specref.sampling.keep_path`)."""
@@ -143,3 +177,10 @@ class Warped:
 
     def __repr__(self) -> str:
         return f"Warped({self.model!r}, {self.warp})"
+
+
+def _rows(out: np.ndarray, k: int, model, n: int) -> np.ndarray:  # [k, V] -> [k, V]
+    """out, after checking the model gave k rows (for n tokens)."""
+    if out.ndim != 2 or out.shape[0] != k:
+        raise ValueError(f"{model!r} returned logits of shape {out.shape} for {n} tokens; expected [{k}, V] rows")
+    return out

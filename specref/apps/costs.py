@@ -22,9 +22,9 @@ Medians over repeats, on the real model:
   on a tree of VERIFY_TREE nodes over V = 49152, its children drawn that verifier's way.
 Only ratios measured in the same run mean much: the machine may be shared.
 
-`warp_ratio` is measured apart, per warp: what the loop pays to warp one row of the target's (or the
-draft's) probabilities (temperature, top-p) / one decode step, on the model's rows over a prompt of the run.  A sampled run warps every row it
-scores, so a call scoring K + 1 rows pays K + 1 warps and a decode step one
+`warp_ratio` is measured apart, per warp: what warping one of the target's rows (temperature, top-p) adds to
+what the costs above include (its float64 softmax) / one decode step, on the model's rows over a prompt of the run.
+A sampled run warps every row it scores, so a call scoring K + 1 rows pays K + 1 warps and a decode step one
 (`specref.speedup.warped_costs`).
 """
 
@@ -36,7 +36,7 @@ import numpy as np
 from specref import verifiers
 from specref.mrs import verify, verify_block
 from specref.trees import DRAWINGS, Tree, draw_children
-from specref.smollm2.model import SmolLM2
+from specref.smollm2.model import SmolLM2, softmax
 from specref.fast.kernels import PANEL, from_panels, to_panels
 from specref.fast.machine import cores
 from specref.fast.team import Team
@@ -207,27 +207,34 @@ def verify_tree_ms(V: int, drawing: str, tree: str = VERIFY_TREE, repeats: int =
 
 
 def warp_ratio(model: SmolLM2, warp, tokens, repeats: int = 21) -> float:
-    """What warping one row of the model's probabilities with `warp` costs / one decode step, measured now: the
-    medians of `repeats` warps and as many decode steps, in turn.  The rows warped are the model's own over `tokens`,
-    a real text (a prompt of the run): top-p's work depends on how peaked a row is, and rows over arbitrary token
-    ids, nearly flat, cost more than twice as much to warp as rows over code."""
+    """What warping one of the model's rows with `warp` (a `specref.warps.Warp`) adds to a call / one decode step,
+    measured now.  The loop warps a target's rows from its logits (`specref.warps.Warped`, `Warp.from_logits`), and
+    the decode step and scoring costs measured here already include the float64 softmax of every row, so a row's
+    warp costs the loop time(warp.from_logits(row)) - time(softmax(row)): the medians of `repeats` of each, and as
+    many decode steps, in turn.  Greedy's is below 0 (an argmax instead of the softmax).  The rows are the model's
+    own over `tokens`, a real text (a prompt of the run): top-p's work depends on how peaked a row is, and rows over
+    arbitrary token ids, nearly flat, cost more than twice as much to warp as rows over code."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 1 or len(tokens) < 2 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"warp_ratio needs a real text of at least 2 token ids (a prompt) whose rows it warps, "
                          f"got {tokens.shape} of {tokens.dtype}")
     model.reset()
-    rows = model.next_probs(tokens, min(len(tokens) - 1, 32))     # [k, V] the model's rows over the text
-    warps, steps, extra = [], [], []
+    rows = model.next_logits(tokens, min(len(tokens) - 1, 32))    # [k, V] the model's logits over the text
+    warps, softmaxes, steps, extra = [], [], [], []
     for r in range(repeats):
+        row = rows[r % len(rows)][None]
         t = time.perf_counter()
-        warp(rows[r % len(rows)][None])
+        warp.from_logits(row)
         warps.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        softmax(row, np.float64)
+        softmaxes.append(time.perf_counter() - t)
         extra.append(1000 + r)
         t = time.perf_counter()
         model.next_probs(np.concatenate([tokens, extra]), 1)       # one new token after the cached ones
         steps.append(time.perf_counter() - t)
     model.reset()
-    return float(np.median(warps) / np.median(steps))
+    return float((np.median(warps) - np.median(softmaxes)) / np.median(steps))
 
 
 def measure_costs(model: SmolLM2, repeats: int = 7, tree_sizes=TREE_SIZES, warps: dict | None = None,

@@ -1,5 +1,6 @@
 """The bench's timings: the decode step, the scoring calls and the floor passes are timed in the same rounds."""
 
+import time
 import types
 
 import numpy as np
@@ -10,7 +11,7 @@ from tests.smollm2.test_fast import tiny_weights
 
 
 class CountingModel:
-    """Just what the timing needs: reset, next_probs (records each call's new-token count), config."""
+    """Just what the timing needs: reset, next_probs and next_logits (each records its call's row count), config."""
 
     def __init__(self, V=16):
         self.config = types.SimpleNamespace(vocab_size=V)
@@ -23,6 +24,10 @@ class CountingModel:
     def next_probs(self, tokens, k=1):
         self.calls.append(("score", k))
         return np.full((k, self.config.vocab_size), 1.0 / self.config.vocab_size)
+
+    def next_logits(self, tokens, k=1):
+        self.calls.append(("logits", k))
+        return np.zeros((k, self.config.vocab_size), np.float32)
 
 
 def test_scoring_and_floor_passes_are_timed_in_every_round_interleaved():
@@ -93,20 +98,39 @@ def test_each_rounds_ratios_give_the_spread_beside_the_ratios_of_medians(monkeyp
     assert "3.00-6.00" in table and "1.00-4.00" in table
 
 
-def test_the_warp_is_timed_on_the_models_rows_over_the_text_given_and_refused_without_one():
-    """warp_ratio warps the model's own rows over a real text (top-p's work depends on the rows), alternating with
-    decode steps; a text too short to give a row, or no text at all for measure_costs' warps, is refused."""
-    model, warped = CountingModel(), []
+def test_the_warp_is_timed_on_the_models_logits_over_the_text_given_and_refused_without_one():
+    """warp_ratio warps the model's own logits over a real text (top-p's work depends on the rows) as the loop does
+    (`Warp.from_logits`), alternating with decode steps, and counts only what the warp adds to the softmax the
+    decode step already pays: a warp that sleeps 2 ms costs about 2 ms more than one that does nothing (control).  A
+    text too short to give a row, or no text at all for measure_costs' warps, is refused."""
+    model = CountingModel()
 
-    def warp(rows):
-        warped.append(rows.shape)
-        return rows
+    class Slept:
+        def __init__(self, ms):
+            self.ms, self.rows = ms, []
 
-    ratio = costs.warp_ratio(model, warp, np.arange(5), repeats=6)
-    assert ratio >= 0 and warped == [(1, 16)] * 6
-    assert model.calls == [("score", 4)] + [("score", 1)] * 6  # the text's rows once, then a decode step per warp
+        def from_logits(self, rows):
+            self.rows.append(rows.shape)
+            time.sleep(self.ms / 1e3)
+            return rows
+
+    slow, free = Slept(2.0), Slept(0.0)
+    counted = model.next_probs
+
+    def step(tokens, k=1):                                    # a decode step of at least 10 ms
+        time.sleep(0.010)
+        return counted(tokens, k)
+
+    model.next_probs = step
+    slow_ratio = costs.warp_ratio(model, slow, np.arange(5), repeats=6)
+    free_ratio = costs.warp_ratio(model, free, np.arange(5), repeats=6)
+    assert slow.rows == [(1, 16)] * 6 and free.rows == [(1, 16)] * 6
+    assert model.calls == ([("logits", 4)] + [("score", 1)] * 6) * 2  # the text's logits once, then a step per warp
+    assert 0.02 <= slow_ratio - free_ratio <= 0.5             # 2 ms over a step of 10 ms or more: about 0.2 (loose:
+    #                                                           sleeps overrun on a loaded machine)
+    assert abs(free_ratio) < 0.05                             # a free warp adds about nothing to a softmax of 16
     for bad in (np.arange(1), np.zeros((2, 3), np.int64), np.array([0.5, 1.5])):
         with pytest.raises(ValueError, match="at least 2 token ids"):
-            costs.warp_ratio(model, warp, bad)
+            costs.warp_ratio(model, free, bad)
     with pytest.raises(ValueError, match="needs warp_text"):
-        costs.measure_costs(model, warps={"nucleus": warp})
+        costs.measure_costs(model, warps={"nucleus": free})

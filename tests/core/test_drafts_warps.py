@@ -206,3 +206,76 @@ def test_copy_or_model_keeps_the_target_law():
                                     4000, len(prompt), np.random.default_rng(8))
     assert stats.chi_square_gof(counts, law)[2] > stats.LEVEL
     assert draft.copies > 0
+
+
+def _softmax64(x):
+    e = np.exp(np.asarray(x, np.float64) - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(arrays(np.float32, (3, 7), elements=st.integers(-160, 160).map(lambda i: i / 8)), st.floats(0.05, 3.0),
+       st.integers(1, 7),
+       st.floats(0.05, 1.0))
+def test_warping_the_logits_gives_the_rows_warping_their_softmax_gives(logits, T, k, p):
+    """The loop warps a target's logits (`Warp.from_logits`: one softmax at the temperature); the rows must be those
+    the warp gives the probabilities, whose softmax it skips.  Logits on a grid of 1/8: two logits closer than float
+    rounding would give the argmax of the logits and that of their rounded probabilities a different token.  Control: the temperature applied to the
+    probabilities instead of the logits (softmax(softmax(x) / T)), a slip one line long, is a different law."""
+    probs = _softmax64(logits)
+    for w in [warps.Warp(T), warps.Warp(T, top_k=k), warps.Warp(T, top_p=p), warps.Warp(1.0), warps.Warp(0.0)]:
+        got, want = w.from_logits(logits), w(probs)
+        assert got.dtype == np.float64 and got.shape == want.shape
+        if w.top_p is not None:   # top-p's cut may fall between two tokens whose rounding differs (a tie of the
+            rows = ((got > 0) == (want > 0)).all(axis=1)  # cumulative mass at p): rare, and only in one row here
+            assert rows.sum() >= 2
+            np.testing.assert_allclose(got[rows], want[rows], rtol=1e-9, atol=1e-15)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-15)
+    x = np.array([[2.0, 1.0, 0.0]], np.float32)             # the slip on a row where it shows: not the same law
+    wrong = _softmax64(_softmax64(x) / 0.5)
+    assert not np.allclose(wrong, warps.Warp(0.5)(_softmax64(x)), rtol=1e-3)
+    np.testing.assert_allclose(warps.Warp(0.5).from_logits(x), warps.Warp(0.5)(_softmax64(x)), rtol=1e-12)
+
+
+def test_warping_logits_refuses_rows_it_cannot_warp_and_keeps_minus_infinity_at_zero():
+    x = np.array([[0.0, -np.inf, 1.0]], np.float32)
+    np.testing.assert_allclose(warps.Warp(0.5).from_logits(x), _softmax64(x / 0.5))
+    assert warps.Warp(0.5).from_logits(x)[0, 1] == 0
+    for bad in (np.array([[0.0, np.nan]]), np.array([[-np.inf, -np.inf]]), np.array([[1.0, np.inf]])):
+        with pytest.raises(ValueError, match="finite largest entry"):
+            warps.Warp(0.8, top_p=0.95).from_logits(bad)
+    for bad in (np.array([1, 2]), np.zeros((2, 0))):
+        with pytest.raises(ValueError, match="non-empty float array"):
+            warps.Warp(0.8).from_logits(bad)
+
+
+def test_a_warped_model_with_logits_gives_the_rows_of_one_without_them():
+    """`Warped` takes the logits when the model offers them (next_logits, tree_logits) and the probabilities
+    otherwise: the same rows either way, for the last k positions and for a tree."""
+    rng = np.random.default_rng(3)
+    table = rng.normal(0, 3, (50, 11)).astype(np.float32)     # a bigram "model": logits of the next token
+
+    class WithLogits:
+        def next_logits(self, tokens, k=1):
+            return table[np.asarray(tokens)[-k:]]
+
+        def tree_logits(self, tokens, tree_tokens, parents):
+            return table[np.concatenate([np.asarray(tokens)[-1:], tree_tokens])]
+
+    class ProbsOnly:
+        def next_probs(self, tokens, k=1):
+            return _softmax64(table[np.asarray(tokens)[-k:]])
+
+        def score_tree(self, tokens, tree_tokens, parents):
+            return _softmax64(table[np.concatenate([np.asarray(tokens)[-1:], tree_tokens])])
+
+    tokens, tree, parents = np.array([3, 9, 4]), np.array([7, 2, 5]), np.array([-1, -1, 0])
+    for w in [dict(temperature=0.8, top_p=0.95), dict(temperature=0.0), dict(temperature=1.3, top_k=3)]:
+        a, b = warps.Warped(WithLogits(), **w), warps.Warped(ProbsOnly(), **w)
+        np.testing.assert_allclose(a.next_probs(tokens, 2), b.next_probs(tokens, 2), rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(a(tokens), b(tokens), rtol=1e-9, atol=1e-15)
+        np.testing.assert_allclose(a.score_tree(tokens, tree, parents), b.score_tree(tokens, tree, parents),
+                                   rtol=1e-9, atol=1e-15)
+    with pytest.raises(ValueError, match="expected \\[2, V\\] rows"):
+        warps.Warped(type("Short", (), {"next_logits": lambda self, t, k=1: table[:1]})(), 0.8).next_probs(tokens, 2)

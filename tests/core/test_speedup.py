@@ -215,6 +215,7 @@ def test_warped_costs_add_the_warp_of_every_row_scored_in_decode_steps_that_warp
     assert out[0] == pytest.approx(1.1 / 1.05) and out[-1] == pytest.approx(1.95 / 1.05)
     assert speedup.warped_costs([1.0, 1.3], 0.0) == [1.0, 1.3]     # control: no warp, no change
     assert all(w > c for w, c in zip(speedup.warped_costs([1.0, 1.3], 0.05), [1.0, 1.3]))
-    for bad in (-0.1, float("nan"), float("inf")):
-        with pytest.raises(ValueError, match="warp must be a finite cost >= 0"):
+    assert all(w < c for w, c in zip(speedup.warped_costs([1.2, 1.3], -0.01), [1.2, 1.3]))  # a warp cheaper than softmax
+    for bad in (-1.0, -1.5, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="warp must be a finite cost > -1"):
             speedup.warped_costs([1.0], bad)
