@@ -53,6 +53,11 @@ class Warp:
         probs = np.asarray(probs, dtype=np.float64)
         if self.greedy:
             return greedy(probs)
+        support = np.flatnonzero(np.any(probs > 0, axis=tuple(range(probs.ndim - 1))))  # columns some row uses
+        if 2 * len(support) < probs.shape[-1]:  # a draft over part of the vocabulary: warp only those columns (every
+            out = np.zeros_like(probs)          # step keeps a zero at zero, and top-k and top-p never pick one)
+            out[..., support] = self(probs[..., support])
+            return out
         if np.all(np.count_nonzero(probs, axis=-1) == 1):  # one-hot rows (a deterministic draft) are a fixed point
             return probs
         out = probs if self.temperature == 1.0 else temperature(probs, self.temperature)

@@ -279,3 +279,26 @@ def test_a_warped_model_with_logits_gives_the_rows_of_one_without_them():
                                    rtol=1e-9, atol=1e-15)
     with pytest.raises(ValueError, match="expected \\[2, V\\] rows"):
         warps.Warped(type("Short", (), {"next_logits": lambda self, t, k=1: table[:1]})(), 0.8).next_probs(tokens, 2)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_rows(), st.floats(0.05, 3.0), st.integers(1, 6), st.floats(0.05, 1.0), st.integers(0, 2**32 - 1))
+def test_a_warp_on_part_of_the_vocabulary_gives_the_rows_of_the_whole(probs, T, k, p, seed):
+    """A draft over part of the vocabulary (the trained draft keeps 4096 of 49152 tokens) is warped on the columns
+    in use only: the same rows as warping the rows those columns make alone, put back in place.  Control: the
+    columns put back in the wrong places is caught by the same comparison."""
+    V = 40
+    cols = np.sort(np.random.default_rng(seed).choice(V, probs.shape[1], replace=False))
+    wide = np.zeros((probs.shape[0], V))
+    wide[:, cols] = probs
+    distinct = all(len(set(r[r > 0])) == np.count_nonzero(r) for r in probs)  # top-k's pick among ties is argpartition's
+    for w in [warps.Warp(T), warps.Warp(T, top_k=k), warps.Warp(T, top_p=p), warps.Warp(1.0), warps.Warp(0.0)]:
+        if w.top_k is not None and not distinct:
+            continue
+        got = w(wide)
+        want = np.zeros_like(wide)
+        want[:, cols] = w(probs)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+        shifted = np.zeros_like(wide)
+        shifted[:, (cols + 1) % V] = w(probs)
+        assert not np.allclose(got, shifted)
