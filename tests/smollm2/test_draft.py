@@ -322,6 +322,8 @@ def test_training_lowers_held_out_total_variation(smollm2, tmp_path):
     again = td.run_training(smollm2, config, tmp_path, 1, lines.append)
     assert any("resuming from step 120" in line for line in lines)
     np.testing.assert_array_equal(again.params["W2"], weights.params["W2"])
+    # the same run writes the same bytes: nothing of the wall clock in the file
+    assert nd.save_draft(tmp_path / "a.npz", weights) == nd.save_draft(tmp_path / "b.npz", again)
     data_dir = tmp_path / "draft-data" / config.data_key()
     assert sorted(p.name for p in data_dir.iterdir()) == ["gen-0000-4.npz", "held-0000-3.npz", "tf-0000-4.npz"]
 
