@@ -78,6 +78,10 @@ ROWS = {
         idle=["bench_zen4_2026-11-30_coretype_haswell.txt"], busy=[], torch=[], hf=[]),
     "Zen 4, fifth machine, the same run's child, OPENBLAS_CORETYPE unset": dict(
         idle=["bench_zen4_2026-11-30_coretype_haswell.txt:unset"], busy=[], torch=[], hf=[]),
+    "Zen 4, fifth machine, a later hour, before rows were warped from the logits": dict(
+        idle=["bench_zen4_2026-11-30_c_before_logits_warp.json"], busy=[], torch=[], hf=[]),
+    "Zen 4, fifth machine, the same hour, after": dict(
+        idle=["bench_zen4_2026-11-30_d_after_logits_warp.json"], busy=[], torch=[], hf=[]),
 }
 
 _TXT = {"decode": r"decode step \(ms/token\)\s+([\d.]+)", "floor": r"decode / floor\s+([\d.]+)",
