@@ -7,7 +7,9 @@ distribution each draft token was ACTUALLY sampled from.  The draft's warp is fr
 adjustment of the draft, or none, keeps the output exact, and changes only how often drafts are
 accepted (Leviathan's Discussion, section 6, suggests transforming the draft differently).
 Warping the draft like the target is the usual choice, not a condition of exactness.  `Warped`
-wraps a model: the target with the request's warp, the draft with the warp it samples from.
+wraps a model: the target with the request's warp, the draft with the warp it samples from.  A
+model that offers its logits (SmolLM2) is warped from them (`Warp.from_logits`: softmax(x / T), the
+same law as warping its probabilities, in under half the time on a row of 49152).
 
 Order of operations (as in common decoders): temperature, then top-k, then top-p.
 Greedy (temperature 0) is its own branch: a one-hot at the argmax, ties to the lowest id.
@@ -101,11 +103,6 @@ def greedy(probs: np.ndarray) -> np.ndarray:  # [..., V] -> [..., V] one-hot
 
 def temperature(probs: np.ndarray, T: float) -> np.ndarray:  # [..., V] -> [..., V]
     """softmax(log(probs) / T): the same as dividing the logits by T. Zero stays zero."""
-    support = np.flatnonzero(np.any(probs > 0, axis=tuple(range(probs.ndim - 1))))  # columns some row uses
-    if 2 * len(support) < probs.shape[-1]:  # a draft over part of the vocabulary: warp only those columns
-        out = np.zeros_like(probs)
-        out[..., support] = temperature(probs[..., support], T)
-        return out
     with np.errstate(divide="ignore"):
         logp = np.log(probs) / T  # [..., V], -inf where probs == 0
     logp -= logp.max(axis=-1, keepdims=True)

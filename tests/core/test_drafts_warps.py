@@ -165,7 +165,7 @@ def test_bad_warps_are_named(kwargs):
 
 
 def test_temperature_on_a_partial_support_equals_the_full_formula():
-    """A draft that covers part of the vocabulary takes a shortcut (only the columns in use): same numbers."""
+    """Temperature on rows that cover part of the vocabulary: zeros stay zero, the rest follows the formula."""
     rng = np.random.default_rng(4)
     probs = np.zeros((2, 1000))
     probs[0, rng.choice(1000, 40, replace=False)] = rng.dirichlet(np.ones(40))
