@@ -151,7 +151,7 @@ def warped_costs(costs, warp: float) -> list[float]:
     N = i + 1 nodes, in decode steps) as a sampled loop pays them: each row it scores is also warped (temperature,
     top-p), at `warp` decode steps a row (`specref.apps.costs.warp_ratio`), and so is the one row of the decode step
     the costs are counted in: (cost + (i + 2) warp) / (1 + warp).  warp = 0 leaves them as they are; a warp below 0 is
-    one cheaper than the softmax the costs were measured with (greedy: an argmax of the logits instead), but never
+    one cheaper than the softmax the costs were measured with (greedy, an argmax of the logits in its place, can come near 0 from either side), but never
     as cheap as -1 decode steps a row, which would make the decode step free."""
     if not (np.isfinite(warp) and warp > -1):
         raise ValueError(f"warp must be a finite cost > -1 in decode steps, got {warp}")

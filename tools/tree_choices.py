@@ -41,9 +41,9 @@ def main(argv=None) -> int:
             setting = f"T {choice['temperature']}, top-p {choice['top_p']}"
             priced = speedup.warped_costs([tree[N] for N in sorted(tree)], costs["warp_ratio"][setting])
             profile, c = chances(choice["why_tree"])
-            shapes = sorted(((speedup.tree_walltime_improvement(Tree.parse(s).parents, profile, c,
-                                                                priced[Tree.parse(s).size - 1]), s)
-                             for s in tree_shapes(len(priced))), reverse=True)
+            trees = {s: Tree.parse(s) for s in tree_shapes(len(priced))}
+            shapes = sorted(((speedup.tree_walltime_improvement(t.parents, profile, c, priced[t.size - 1]), s)
+                             for s, t in trees.items()), reverse=True)
             print(f"{path}: {choice['draft']}, {setting}: chose {choice['tree']} "
                   f"(predicted {choice['predicted_tree']:.3f}x); recomputed from the printed chances, the best five: "
                   + ", ".join(f"{s} {v:.3f}x" for v, s in shapes[:5]))
