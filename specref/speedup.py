@@ -107,27 +107,39 @@ def plausible_score_cost(measured: float) -> tuple[float, bool]:
     return max(m, 1.0), m < 1.0
 
 
+def monotone_fit(values) -> list[float]:
+    """The non-decreasing sequence nearest to `values` in squared error (isotonic regression, by pooling adjacent
+    violators): where a value dips below the one before it, the run of values involved is replaced by its mean.
+    A curve of measured costs that should rise with the work done gets its dips averaged out, not ironed up to the
+    highest reading as a running maximum would: one noisy high reading no longer raises the price of every call
+    after it."""
+    blocks: list[list[float]] = []  # [mean, count] of each pooled run, left to right
+    for v in values:
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
+
+
 def scoring_cost_curve(measured) -> list[float]:
     """The costs to predict with of scoring k + 1 tokens in one call, k = 1..n, from the measured ratios in that
-    order: each at least 1 (`plausible_score_cost`) and at least the one before it.  A call that scores more
-    tokens does all the work of one that scores fewer, so a measured dip (6 tokens timed cheaper than 5) is
-    timing noise, and the larger cost is used: noise never prices a longer call below a shorter one."""
-    out: list[float] = []
-    for m in measured:
-        cost = plausible_score_cost(m)[0]
-        out.append(max(cost, out[-1]) if out else cost)
-    return out
+    order: each at least 1 (`plausible_score_cost`), then made non-decreasing by `monotone_fit`.  A call that scores
+    more tokens does all the work of one that scores fewer, so a measured dip (6 tokens timed cheaper than 5) is
+    timing noise in one reading or the other: the two are priced at their mean, never a longer call below a
+    shorter one."""
+    return monotone_fit([plausible_score_cost(m)[0] for m in measured])
 
 
 def tree_cost_curve(chain, tree: dict, nodes=None) -> list[float]:
     """The costs to predict with of scoring a tree of N nodes after its root, for N in `nodes` (increasing;
     default 1..len(chain)): the chain of N + 1 tokens' (`chain`, from `scoring_cost_curve`, one per N), or the
-    tree's own measured cost where that is higher (`tree`: N -> measured ratio at a few sizes, linear between
-    them, none outside them), since a tree call also builds and applies its mask.  Non-decreasing, like
-    `scoring_cost_curve`."""
+    tree's own cost where that is higher (`tree`: N -> measured ratio at a few sizes, made non-decreasing by
+    `monotone_fit`, linear between them, none outside them), since a tree call also builds and applies its mask.
+    Non-decreasing, like `scoring_cost_curve`: a tree larger than the largest measured costs at least as much."""
     measured = {int(n): ratio for n, ratio in tree.items()}  # keys may be strings, as stored in JSON
     sizes = sorted(measured)
-    ratios = [plausible_score_cost(measured[n])[0] for n in sizes]
+    ratios = monotone_fit([plausible_score_cost(measured[n])[0] for n in sizes])
     out: list[float] = []
     for N, cost in zip(range(1, len(chain) + 1) if nodes is None else nodes, chain):
         if sizes and sizes[0] <= N <= sizes[-1]:

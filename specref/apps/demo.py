@@ -227,8 +227,8 @@ COST_REPEATS = 5     # rounds of the scoring-cost measurement (medians taken)
 
 def scoring_costs(model, repeats: int = COST_REPEATS, k_max: int = K_CHOICES) -> list[float]:
     """[cost of scoring K + 1 tokens in one call, in decode steps, for K = 1..k_max], measured now
-    (shuffled rounds, medians: `specref.apps.costs.scoring_and_stream_ms`), each at least 1 and at least the
-    one before it (`speedup.scoring_cost_curve`: a call scoring more tokens cannot cost less)."""
+    (shuffled rounds, medians: `specref.apps.costs.scoring_and_stream_ms`), each at least 1, dips averaged out
+    (`speedup.scoring_cost_curve`: a call scoring more tokens cannot cost less)."""
     ms, _ = scoring_and_stream_ms(model, repeats, k_max)
     return speedup.scoring_cost_curve([ms[K + 1] / ms[1] for K in range(1, k_max + 1)])
 
