@@ -113,13 +113,13 @@ def monotone_fit(values) -> list[float]:
     A curve of measured costs that should rise with the work done gets its dips averaged out, not ironed up to the
     highest reading as a running maximum would: one noisy high reading no longer raises the price of every call
     after it."""
-    blocks: list[list[float]] = []  # [mean, count] of each pooled run, left to right
+    blocks: list[tuple[float, int]] = []  # (mean, count) of each pooled run, left to right
     for v in values:
-        blocks.append([float(v), 1.0])
+        blocks.append((float(v), 1))
         while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
             (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return [m for m, n in blocks for _ in range(int(n))]
+            blocks.append(((m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2))
+    return [m for m, n in blocks for _ in range(n)]
 
 
 def scoring_cost_curve(measured) -> list[float]:
@@ -163,8 +163,8 @@ def warped_costs(costs, warp: float) -> list[float]:
     N = i + 1 nodes, in decode steps) as a sampled loop pays them: each row it scores is also warped (temperature,
     top-p), at `warp` decode steps a row (`specref.apps.costs.warp_ratio`), and so is the one row of the decode step
     the costs are counted in: (cost + (i + 2) warp) / (1 + warp).  warp = 0 leaves them as they are; a warp below 0 is
-    one cheaper than the softmax the costs were measured with (greedy, an argmax of the logits in its place, can come near 0 from either side), but never
-    as cheap as -1 decode steps a row, which would make the decode step free."""
+    one cheaper than the softmax the costs were measured with (greedy, an argmax of the logits in its place, can come
+    near 0 from either side), but never as cheap as -1 decode steps a row, which would make the decode step free."""
     if not (np.isfinite(warp) and warp > -1):
         raise ValueError(f"warp must be a finite cost > -1 in decode steps, got {warp}")
     return [(float(cost) + (i + 2) * warp) / (1.0 + warp) for i, cost in enumerate(costs)]

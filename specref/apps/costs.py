@@ -211,9 +211,9 @@ def warp_ratio(model: SmolLM2, warp, tokens, repeats: int = 21) -> float:
     measured now.  The loop warps a target's rows from its logits (`specref.warps.Warped`, `Warp.from_logits`), and
     the decode step and scoring costs measured here already include the float64 softmax of every row, so a row's
     warp costs the loop time(warp.from_logits(row)) - time(softmax(row)): the medians of `repeats` of each, and as
-    many decode steps, in turn.  Greedy's is near 0 (an argmax instead of the softmax; 0.0017 on a Zen 4).  The rows are the model's
-    own over `tokens`, a real text (a prompt of the run): top-p's work depends on how peaked a row is, and rows over
-    arbitrary token ids, nearly flat, cost more than twice as much to warp as rows over code."""
+    many decode steps, in turn.  Greedy's is near 0 (an argmax instead of the softmax; 0.0017 on a Zen 4).  The rows
+    are the model's own over `tokens`, a real text (a prompt of the run): top-p's work depends on how peaked a row
+    is, and rows over arbitrary token ids, nearly flat, cost more than twice as much to warp as rows over code."""
     tokens = np.asarray(tokens)
     if tokens.ndim != 1 or len(tokens) < 2 or not np.issubdtype(tokens.dtype, np.integer):
         raise ValueError(f"warp_ratio needs a real text of at least 2 token ids (a prompt) whose rows it warps, "
