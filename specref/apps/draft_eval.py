@@ -117,8 +117,9 @@ def _warp_rows(logits: np.ndarray) -> np.ndarray:  # [m, N] -> float64 [m, N]
     return WARP(softmax(logits.astype(np.float64)))
 
 
-def alphas(chain: Chain, data: dict, HN: np.ndarray, kept: np.ndarray, aheads=(1, 2, 3)) -> dict:
-    """{"t1": {k: alpha}, "nucleus": {...}, "greedy": {...}} for k in aheads (module docstring)."""
+def alphas(chain: Chain, data: dict, HN: np.ndarray, kept: np.ndarray, aheads=(1, 2, 3), scale: float = 1.0) -> dict:
+    """{"t1": {k: alpha}, "nucleus": {...}, "greedy": {...}} for k in aheads (module docstring), the draft's logits
+    multiplied by `scale` (its beta, `specref.smollm2.draft`)."""
     out = {s: {} for s in SETTINGS}
     for k in aheads:
         i = starts(data, k)
@@ -126,7 +127,7 @@ def alphas(chain: Chain, data: dict, HN: np.ndarray, kept: np.ndarray, aheads=(1
         at = i + k                                                      # where the target's row is
         sums = dict.fromkeys(SETTINGS, 0.0)
         for a in range(0, len(i), 512):
-            z = state[a:a + 512] @ HN                                   # [m, N] the draft's logits
+            z = scale * (state[a:a + 512] @ HN)                         # [m, N] the draft's logits
             pos = at[a:a + 512]
             q = np.exp(data["h"][pos].astype(np.float32) @ HN - data["lse"][pos][:, None])   # [m, N]
             sums["t1"] += float(np.minimum(softmax(z), q).sum())

@@ -13,7 +13,8 @@ Training: A and b start from ridge regression (s_{i-1}, e(x_i)) -> s_i, W2 from 
 KL + TV through the restricted head, each example unrolled two steps (the second from the draft's
 own prediction, as drafting ahead sees it).  A checkpoint is written every 30 s (atomically); an
 interrupted run resumes from it.  The progress line shows the step, the loss, the held-out alpha
-(one step and two steps ahead, at temperature 1) and the time left.
+(one step and two steps ahead, at temperature 1) and the time left.  Then the draft's inverse
+temperature beta is chosen on the held-out data (`specref.apps.draft_calibrate`).
 
 Output: --out PATH (default: the cache's draft.npz); --install writes the draft that ships with
 the repository (specref/smollm2/draft.npz) and prints the SHA-256 to record in
@@ -317,8 +318,10 @@ def run_training(model: SmolLM2, config: Config, cache_root: pathlib.Path, worke
             "data": ("Python standard library functions" if not config.data_positions else
                      "the data at scale (python -m specref draft-data): functions of the standard library and "
                      "the installed packages") + " (teacher-forced and the target's own completions); no HumanEval"}
+    from specref.apps.draft_calibrate import calibrate
+    weights = calibrate(nd.DraftWeights(params, kept, meta), held, head, log)
     log(f"trained in {time.perf_counter() - t0:.1f} s")  # the time goes to the log, not the file: the same run, the same bytes
-    return nd.DraftWeights(params, kept, meta)
+    return weights
 
 
 def evaluate(model: SmolLM2, weights: nd.DraftWeights, root: pathlib.Path, n_prompts: int, log) -> dict:
@@ -328,7 +331,7 @@ def evaluate(model: SmolLM2, weights: nd.DraftWeights, root: pathlib.Path, n_pro
     data = load_eval_data(model, root, load_problems(progress=log), log, n_prompts, nd.feature_layers(weights.meta))
     head = model.weights.head_matrix()
     result = alphas(mlp_chain(weights.params, np.ascontiguousarray(head.T)), data,
-                    np.ascontiguousarray(head[:, weights.kept]), weights.kept)
+                    np.ascontiguousarray(head[:, weights.kept]), weights.kept, scale=weights.scale)
     for setting in ("t1", "nucleus", "greedy"):
         log(f"alpha on the target's completions of {n_prompts} HumanEval prompts, {setting}: "
             + ", ".join(f"{k} ahead {v:.3f}" for k, v in result[setting].items()))

@@ -10,9 +10,11 @@ The draft predicts the state one position further from the state before and the 
 with e the target's token embedding (the tied head's row), and reads out a distribution with the
 target's head restricted to the N tokens kept (the most frequent in the training text):
 
-    p_i = softmax(s~_i H_N) on the kept tokens, 0 elsewhere.
+    p_i = softmax(beta s~_i H_N) on the kept tokens, 0 elsewhere,
 
-p = 0 outside the kept tokens is exact under modified rejection sampling: those tokens are never
+beta (the file's meta "logit_scale", 1 where absent) an inverse temperature chosen after training on
+held-out code (`specref.apps.draft_calibrate`): the draft is trained at beta = 1 and comes out flatter
+than the target, so a beta above 1 raises alpha.  p = 0 outside the kept tokens is exact under modified rejection sampling: those tokens are never
 proposed, and the target's mass on them comes back through the residual.  Drafting K tokens
 ahead, the first step uses the target's true state (the target has processed every token but the
 newest), later steps the draft's own prediction s~ in place of s.
@@ -55,10 +57,10 @@ MAX_AHEAD = 16  # the draft chains its own predictions at most this far past the
 FORMAT = "specref-neural-draft"
 VERSION = 1
 
-# The draft that ships with the repository: `python -m specref train-draft --install` wrote it;
-# its SHA-256 is checked on load.
+# The draft that ships with the repository: `python -m specref train-draft --install` wrote it and
+# `python -m specref.apps.draft_calibrate shipped` chose its beta; its SHA-256 is checked on load.
 SHIPPED_PATH = pathlib.Path(__file__).resolve().parent / "draft.npz"
-SHIPPED_SHA256 = "6c9052e825192ccf60a6e358ea14ce18bb32001e9b50be5c1b05b0650a9ef5cc"
+SHIPPED_SHA256 = "41072da9e45ae8b7f82f1a23d3cee7e6484c1e62bbbdcfe3509446eeac1a60d4"
 
 
 class DraftError(Exception):
@@ -131,6 +133,11 @@ class DraftWeights:
     def hidden(self) -> int:
         return self.params["W1"].shape[1]
 
+    @property
+    def scale(self) -> float:
+        """beta, the inverse temperature of the draft's logits (meta "logit_scale"; 1 for a draft not calibrated)."""
+        return logit_scale(self.meta)
+
 
 def params_digest(params: dict, kept: np.ndarray) -> str:
     """SHA-256 over the parameters and kept ids (fixed order, shapes included)."""
@@ -175,6 +182,17 @@ def file_sha256(path) -> str:
         return hashlib.file_digest(f, "sha256").hexdigest()
 
 
+MAX_LOGIT_SCALE = 10.0
+
+
+def logit_scale(meta: dict) -> float:
+    """The draft's beta from its meta (1 if absent); DraftError unless it is a number in (0, MAX_LOGIT_SCALE]."""
+    beta = meta.get("logit_scale", 1.0)
+    if isinstance(beta, bool) or not isinstance(beta, (int, float)) or not 0 < beta <= MAX_LOGIT_SCALE:
+        raise DraftError(f"the draft's logit_scale must be a number in (0, {MAX_LOGIT_SCALE:g}], got {beta!r}")
+    return float(beta)
+
+
 def feature_layers(meta: dict) -> tuple[int, ...]:
     """The target blocks whose residual a draft reads besides its last state (() for the plain draft)."""
     return tuple(meta.get("config", {}).get("features") or ())
@@ -202,6 +220,7 @@ def load_draft(path=None, V: int = 49152) -> DraftWeights:
         raise DraftError(f"{path} is not a {FORMAT} file of version {VERSION} (found {meta.get('format')!r} "
                          f"version {meta.get('version')!r})")
     check_params(params, kept, V, features=len(feature_layers(meta)))
+    logit_scale(meta)
     if params_digest(params, kept) != meta.get("params_sha256"):
         raise DraftError(f"{path} is corrupt: its parameters do not match the digest stored with them")
     return DraftWeights(params, kept, meta)
@@ -229,7 +248,7 @@ def target_states_for(target, tokens, k: int, V: int) -> tuple[np.ndarray, int, 
 class NeuralDraft:
     """The trained draft as a specref model: next_probs(tokens, k) -> float64 [k, V], 0 outside the kept tokens.
 
-    Row i (the distribution of token i+1) is softmax(s~_i H_N) with s~_i = f(state_{i-1}, e(x_i))
+    Row i (the distribution of token i+1) is softmax(beta s~_i H_N) with s~_i = f(state_{i-1}, e(x_i))
     (a draft with features also reads the target's features at the last position before i it has scored):
     state_{i-1} is the target's own s_{i-1} when the target has processed tokens[:i] (its cache
     agrees with the tokens there), else the draft's own prediction s~_{i-1}, chained from the last
@@ -252,6 +271,7 @@ class NeuralDraft:
                                  f"keeps {list(target.cache.feature_layers)} for another draft")
             target.cache.keep_features(self.layers)        # empties the target's cache
         self.weights = weights
+        self.beta = np.float32(logit_scale(weights.meta))
         self.P = {n: np.ascontiguousarray(weights.params[n], np.float32) for n in PARAM_NAMES}
         self.kept = weights.kept
         self.HN = np.ascontiguousarray(target.weights.head_matrix()[:, self.kept])   # [d, N]
@@ -259,6 +279,8 @@ class NeuralDraft:
         self.lo, self.L = 0, 0                # its predictions cover positions lo.., made with target prefix L
         self.pred = np.zeros((0, target.config.d_model), np.float32)  # pred[i - lo] = s~_i
         self.computed = 0                     # network steps run so far (tests count them)
+        self.folds = 0                        # feature rows folded into the biases so far (tests count them)
+        self._fold_feat, self._fold_P = None, None
 
     def states(self, tokens, k: int) -> np.ndarray:  # [n], int -> float32 [k, d]
         """The draft's predicted states s~ of the last k positions (k < n: position 0 has none)."""
@@ -274,15 +296,28 @@ class NeuralDraft:
             else:
                 fresh = True                      # from here on every prediction is recomputed
                 h = cache.h[i - 1] if true_source else prev
-                if self.layers:                   # the features of the last position the target scored
-                    h = np.concatenate([h, cache.feat[min(i, L) - 1]])
-                s_i = net_forward(self.P, h[None], self.target.weights.embed(a[i:i + 1]))[0][0]
+                P = self._folded(cache.feat[min(i, L) - 1]) if self.layers else self.P
+                s_i = net_forward(P, h[None], self.target.weights.embed(a[i:i + 1]))[0][0]
                 self.computed += 1
             rows.append(s_i)
             prev = s_i
         self.tokens, self.lo, self.L = a, c0, L
         self.pred = np.asarray(rows, np.float32)
         return self.pred[first - c0:]
+
+    def _folded(self, F) -> dict:  # [f d] -> parameters of a draft on [s, e] alone
+        """The network with the features F (the same for every row drafted from one target state) folded into
+        the biases: u W = s W_s + F W_F + e W_e, so b + F A_F and b1 + F W1_F, with A and W1 cut to the rows of s
+        and e.  Drafting k rows ahead then multiplies F by A_F and W1_F once, not k times."""
+        if self._fold_feat is None or not np.array_equal(F, self._fold_feat):
+            d, P = self.target.config.d_model, self.P
+            cut = lambda M: np.ascontiguousarray(np.concatenate([M[:d], M[-d:]]))  # noqa: E731
+            if self._fold_P is None:
+                self._fold_P = {"A": cut(P["A"]), "W1": cut(P["W1"]), "W2": P["W2"]}
+            self._fold_P = dict(self._fold_P, b=P["b"] + F @ P["A"][d:-d], b1=P["b1"] + F @ P["W1"][d:-d])
+            self._fold_feat = np.array(F, np.float32)
+            self.folds += 1
+        return self._fold_P
 
     def _shared(self, a) -> int:
         m = min(len(self.tokens), len(a))
@@ -299,14 +334,14 @@ class NeuralDraft:
             out[0, self.kept] = 1.0 / len(self.kept)
         m = min(k, n - 1)                         # rows with a predicted state
         if m:
-            out[k - m:, self.kept] = softmax((self.states(tokens, m) @ self.HN).astype(np.float64))
+            out[k - m:, self.kept] = softmax((self.beta * (self.states(tokens, m) @ self.HN)).astype(np.float64))
         return out
 
     def __call__(self, tokens) -> np.ndarray:  # [n] -> float64 [n, V]
         return self.next_probs(tokens, len(tokens))
 
     def __repr__(self) -> str:
-        return f"NeuralDraft(hidden={self.weights.hidden}, kept={len(self.kept)})"
+        return f"NeuralDraft(hidden={self.weights.hidden}, kept={len(self.kept)}, beta={float(self.beta):g})"
 
 
 def load_neural_draft(target, path=None) -> NeuralDraft:

@@ -10,6 +10,8 @@ draft, so only these two see a draft wired to the wrong positions); training on 
 configuration lowers the held-out total variation.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -362,17 +364,21 @@ def silu64(a):  # float64 [...] -> [...]
     return a * np.exp(-np.logaddexp(0.0, -a))
 
 
-def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_lag: int = 0) -> np.ndarray:
+def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_lag: int = 0,
+                   beta: float | None = None) -> np.ndarray:
     """The draft's rows `rows` (consecutive positions) by the formula of specref.smollm2.draft, in float64.
 
     Z: the draft file's arrays; head [d, V] the target's tied head (column t is token t's embedding
     e(t)); S[j] the target's final state s_j, for the positions j < L the target has processed;
-    x the tokens.  Row i: p_i = softmax(s~_i H_N) on the kept tokens, 0 elsewhere, with
+    x the tokens.  Row i: p_i = softmax(beta s~_i H_N) on the kept tokens, 0 elsewhere (beta the file's
+    "logit_scale", 1 if it has none; `beta` another, a negative control), with
     s~_i = f(h, e(x_i)), f(h, e) = u A + b + silu(u W1 + b1) W2, u = [h, e], and h = s_{i-1} when
     the target has processed x[:i] (i <= L), else the previous row's own s~_{i-1}.
     state_lag / token_lag (negative controls): read s_{i - state_lag} and e(x_{i - token_lag}) instead.
     """
     A, b, W1, b1, W2 = (np.asarray(Z[k], np.float64) for k in ("A", "b", "W1", "b1", "W2"))
+    if beta is None:
+        beta = json.loads(str(Z["meta"])).get("logit_scale", 1.0)
     kept = np.asarray(Z["kept"], np.int64)
     HN = np.asarray(head, np.float64)[:, kept]                     # [d, N]
     out = np.zeros((len(rows), head.shape[1]))
@@ -381,7 +387,7 @@ def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_
         h = S[i - state_lag] if i <= L else prev
         u = np.concatenate([np.asarray(h, np.float64), np.asarray(head[:, x[i - token_lag]], np.float64)])
         s = u @ A + b + silu64(u @ W1 + b1) @ W2                  # s~_i [d]
-        z = s @ HN
+        z = beta * (s @ HN)
         p = np.exp(z - z.max())
         out[r, kept] = p / p.sum()
         prev = s
@@ -389,11 +395,11 @@ def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_
 
 
 def test_draft_rows_equal_the_docstring_formula(smollm2, prompt):
-    """The shipped draft's rows equal softmax(f(s_{i-1}, e(x_i)) H_N) computed here (teacher-forced: the
+    """The shipped draft's rows equal softmax(beta f(s_{i-1}, e(x_i)) H_N) computed here (teacher-forced: the
     target holds every token; drafting ahead: later rows chain the draft's own s~), and the same
     computation with the state or the token of the wrong position does not (negative controls)."""
     with np.load(nd.SHIPPED_PATH, allow_pickle=False) as z:
-        Z = {k: z[k] for k in ("A", "b", "W1", "b1", "W2", "kept")}
+        Z = {k: z[k] for k in ("A", "b", "W1", "b1", "W2", "kept", "meta")}
     head = smollm2.weights.head                                    # [d, V]
     n = len(prompt)
     smollm2.reset()
@@ -413,7 +419,8 @@ def test_draft_rows_equal_the_docstring_formula(smollm2, prompt):
     wrong = {"state s_{i-2}": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, state_lag=2),
              "state s_i": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, state_lag=0),
              "embedding e(x_{i-1})": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, token_lag=1),
-             "ahead, every row from the target's s_{i-1}": docstring_rows(Z, head, S, prompt, range(n - 4, n), L=n)}
+             "ahead, every row from the target's s_{i-1}": docstring_rows(Z, head, S, prompt, range(n - 4, n), L=n),
+             "logits at beta 1, not the file's": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, beta=1.0)}
     miss = {name: np.abs(rows - (got_ahead if name.startswith("ahead") else got)).max()
             for name, rows in wrong.items()}
     print(f"teacher-forced rows: max |p - formula| {err:.2e}, max |log p - log formula| {log_err:.2e} on the kept "

@@ -179,11 +179,13 @@ def test_a_features_draft_drafts_what_training_chains():
     tokens = np.array(model.tokenizer.encode(PROMPTS[0]))[:20]
     got = draft.next_probs(tokens, 4)[:, weights.kept]            # the target has read tokens[:16], drafts 4
     np.testing.assert_allclose(got, reference_rows(model, weights, tokens, 16), rtol=0, atol=1e-5)
+    assert (draft.computed, draft.folds) == (4, 1)                  # four rows from one target state: one fold
     blind = reference_rows(model, weights, tokens, 16, zero_features=True)   # the control: a draft blind to them
     assert np.abs(got - blind).max() > 1e-3
     model.final_states(tokens[:18], 1)                              # the target advances: the rows follow it
     np.testing.assert_allclose(draft.next_probs(tokens, 2)[:, weights.kept], reference_rows(model, weights, tokens, 18),
                                rtol=0, atol=1e-5)
+    assert draft.folds == 2                                         # a new target state, a new fold
     other = features_draft(model, layers=(2,))
     with pytest.raises(nd.DraftError, match="keeps \\[1\\] for another draft"):
         nd.NeuralDraft(model, other)
