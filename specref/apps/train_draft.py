@@ -405,9 +405,6 @@ def check_args(args) -> None:
                          "own small data)")
     if args.features is not None and not args.data_positions:
         raise ValueError("argument --features: needs --data-positions (the features are kept for the data at scale)")
-    if args.features is not None and args.install:
-        raise ValueError("argument --features: not allowed with --install (the shipped draft drafts from the last "
-                         "state alone)")
     if args.features is not None:
         from specref.apps.draft_features import parse_layers
         args.features = parse_layers(args.features)       # the form here; the count once the model is loaded

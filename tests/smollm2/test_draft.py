@@ -365,7 +365,7 @@ def silu64(a):  # float64 [...] -> [...]
 
 
 def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_lag: int = 0,
-                   beta: float | None = None) -> np.ndarray:
+                   beta: float | None = None, F=None, feature_lag: int = 1) -> np.ndarray:
     """The draft's rows `rows` (consecutive positions) by the formula of specref.smollm2.draft, in float64.
 
     Z: the draft file's arrays; head [d, V] the target's tied head (column t is token t's embedding
@@ -373,8 +373,11 @@ def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_
     x the tokens.  Row i: p_i = softmax(beta s~_i H_N) on the kept tokens, 0 elsewhere (beta the file's
     "logit_scale", 1 if it has none; `beta` another, a negative control), with
     s~_i = f(h, e(x_i)), f(h, e) = u A + b + silu(u W1 + b1) W2, u = [h, e], and h = s_{i-1} when
-    the target has processed x[:i] (i <= L), else the previous row's own s~_{i-1}.
-    state_lag / token_lag (negative controls): read s_{i - state_lag} and e(x_{i - token_lag}) instead.
+    the target has processed x[:i] (i <= L), else the previous row's own s~_{i-1}; a draft with features
+    (F[j]: the target's features at position j) has h = [that state, F[min(i, L) - 1]], the features of the
+    last position before i the target has scored.
+    state_lag / token_lag / feature_lag (negative controls): read s_{i - state_lag}, e(x_{i - token_lag}) and
+    F[min(i, L) - feature_lag] instead.
     """
     A, b, W1, b1, W2 = (np.asarray(Z[k], np.float64) for k in ("A", "b", "W1", "b1", "W2"))
     if beta is None:
@@ -384,8 +387,10 @@ def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_
     out = np.zeros((len(rows), head.shape[1]))
     prev = None
     for r, i in enumerate(rows):
-        h = S[i - state_lag] if i <= L else prev
-        u = np.concatenate([np.asarray(h, np.float64), np.asarray(head[:, x[i - token_lag]], np.float64)])
+        h = np.asarray(S[i - state_lag] if i <= L else prev, np.float64)
+        if F is not None:
+            h = np.concatenate([h, np.asarray(F[min(i, L) - feature_lag], np.float64)])
+        u = np.concatenate([h, np.asarray(head[:, x[i - token_lag]], np.float64)])
         s = u @ A + b + silu64(u @ W1 + b1) @ W2                  # s~_i [d]
         z = beta * (s @ HN)
         p = np.exp(z - z.max())
@@ -397,15 +402,20 @@ def docstring_rows(Z: dict, head, S, x, rows, L: int, state_lag: int = 1, token_
 def test_draft_rows_equal_the_docstring_formula(smollm2, prompt):
     """The shipped draft's rows equal softmax(beta f(s_{i-1}, e(x_i)) H_N) computed here (teacher-forced: the
     target holds every token; drafting ahead: later rows chain the draft's own s~), and the same
-    computation with the state or the token of the wrong position does not (negative controls)."""
+    computation with the state, the token or the features of the wrong position does not (negative controls).
+    A draft with features reads the target's (`KVCache.keep_features`): the draft is made first, since it asks
+    the target's cache to keep them."""
     with np.load(nd.SHIPPED_PATH, allow_pickle=False) as z:
         Z = {k: z[k] for k in ("A", "b", "W1", "b1", "W2", "kept", "meta")}
     head = smollm2.weights.head                                    # [d, V]
     n = len(prompt)
+    w = nd.load_draft()
+    draft = nd.NeuralDraft(smollm2, w)
     smollm2.reset()
     S = smollm2.final_states(prompt, n).copy()                    # s_0 .. s_{n-1}
-    got = nd.NeuralDraft(smollm2, nd.load_draft()).next_probs(prompt, 6)      # rows n-6 .. n-1
-    want = docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n)
+    F = smollm2.cache.feat[:n].copy() if nd.feature_layers(w.meta) else None
+    got = draft.next_probs(prompt, 6)                             # rows n-6 .. n-1
+    want = docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, F=F)
     err = np.abs(got - want).max()
     kept = Z["kept"]
     log_err = np.abs(np.log(got[:, kept]) - np.log(want[:, kept])).max()
@@ -413,14 +423,20 @@ def test_draft_rows_equal_the_docstring_formula(smollm2, prompt):
     # s_{n-5}, s_{n-4}, rows n-2, n-1 the draft's own s~_{n-3}, s~_{n-2}
     smollm2.reset()
     S_ahead = smollm2.final_states(prompt[:n - 3], n - 3).copy()
-    got_ahead = nd.NeuralDraft(smollm2, nd.load_draft()).next_probs(prompt, 4)
-    want_ahead = docstring_rows(Z, head, S_ahead, prompt, range(n - 4, n), L=n - 3)
+    F_ahead = None if F is None else smollm2.cache.feat[:n - 3].copy()
+    got_ahead = nd.NeuralDraft(smollm2, w).next_probs(prompt, 4)
+    want_ahead = docstring_rows(Z, head, S_ahead, prompt, range(n - 4, n), L=n - 3, F=F_ahead)
     err_ahead = np.abs(got_ahead - want_ahead).max()
-    wrong = {"state s_{i-2}": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, state_lag=2),
-             "state s_i": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, state_lag=0),
-             "embedding e(x_{i-1})": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, token_lag=1),
-             "ahead, every row from the target's s_{i-1}": docstring_rows(Z, head, S, prompt, range(n - 4, n), L=n),
-             "logits at beta 1, not the file's": docstring_rows(Z, head, S, prompt, range(n - 6, n), L=n, beta=1.0)}
+    rows, ahead = range(n - 6, n), range(n - 4, n)
+    wrong = {"state s_{i-2}": docstring_rows(Z, head, S, prompt, rows, L=n, state_lag=2, F=F),
+             "state s_i": docstring_rows(Z, head, S, prompt, rows, L=n, state_lag=0, F=F),
+             "embedding e(x_{i-1})": docstring_rows(Z, head, S, prompt, rows, L=n, token_lag=1, F=F),
+             "ahead, every row from the target's s_{i-1}": docstring_rows(Z, head, S, prompt, ahead, L=n, F=F),
+             "logits at beta 1, not the file's": docstring_rows(Z, head, S, prompt, rows, L=n, beta=1.0, F=F)}
+    if F is not None:
+        wrong["features of position i-2"] = docstring_rows(Z, head, S, prompt, rows, L=n, F=F, feature_lag=2)
+        wrong["ahead, features one position later"] = docstring_rows(
+            Z, head, S_ahead, prompt, ahead, L=n - 3, F=np.concatenate([F_ahead, F[n - 3:]]), feature_lag=0)
     miss = {name: np.abs(rows - (got_ahead if name.startswith("ahead") else got)).max()
             for name, rows in wrong.items()}
     print(f"teacher-forced rows: max |p - formula| {err:.2e}, max |log p - log formula| {log_err:.2e} on the kept "

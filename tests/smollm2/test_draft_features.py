@@ -135,17 +135,18 @@ def test_training_with_features_shapes_and_a_features_draft_file_round_trips(tmp
     np.testing.assert_array_equal(loaded.params["A"], weights.params["A"])
 
 
-def test_features_need_the_data_at_scale_and_not_the_shipped_file():
+def test_features_need_the_data_at_scale():
     parser = argparse.ArgumentParser()
     td.add_arguments(parser)
     for argv, message in ((["--features", "2"], "needs --data-positions"),
-                          (["--features", "2", "--data-positions", "9", "--install"], "not allowed with --install"),
                           (["--features", "2,x", "--data-positions", "9"], "block numbers")):
         with pytest.raises(ValueError, match=message):
             td.check_args(parser.parse_args(argv))
-    args = parser.parse_args(["--features", "2,15", "--data-positions", "9"])
-    td.check_args(args)
-    assert args.features == (2, 15)
+    for argv in (["--features", "2,15", "--data-positions", "9"], ["--features", "2,15", "--data-positions", "9",
+                                                                   "--install"]):
+        args = parser.parse_args(argv)
+        td.check_args(args)                                  # the shipped draft reads features since 2026-11-30
+        assert args.features == (2, 15)
 
 
 # ---- the features at run time: the target's cache keeps them, the draft reads them ----------------------------
