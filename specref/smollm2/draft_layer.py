@@ -423,6 +423,7 @@ class LayerDraft(nd.NeuralDraft):
                                 f"{target.config.d_model}")
         check_params(weights.params, weights.config, weights.kept, self.V)
         self.weights, self.c = weights, weights.config
+        self.beta = np.float32(nd.logit_scale(weights.meta))   # 1 unless the file records another
         self.P = {n: np.ascontiguousarray(weights.params[n], np.float32) for n in PARAM_NAMES}
         self.kept = weights.kept
         self.HN = np.ascontiguousarray(target.weights.head_matrix()[:, self.kept])   # [d, N]
