@@ -12,8 +12,9 @@ chosen for what the run rewards:
 state, under the commands' warp (T 0.8, top-p 0.95, `specref.apps.draft_data.WARP`), over at most
 MAX_POSITIONS of the target's own sampled tokens in the data's held-out shards: code that is never
 HumanEval and never trained on.  beta is the best of GRID; it is written to the file's meta as
-"logit_scale", with the table it was read from ("calibration").  The parameters are unchanged; a file that records its alpha on the HumanEval yardstick
-("humaneval_alpha", `specref.apps.draft_eval`) has it measured again at the new beta.
+"logit_scale", with the table it was read from ("calibration").  The parameters are unchanged; a
+file that records its alpha on the HumanEval yardstick ("humaneval_alpha", `specref.apps.draft_eval`)
+has it measured again at the new beta.
 
 Greedy decoding is unchanged by beta (the argmax stays), and so are trees whose children are the
 draft's top k.  train-draft calibrates every draft it writes; this command calibrates a file that
@@ -108,8 +109,8 @@ def main(argv=None) -> int:
         parser.error(f"argument draft: {e}")
     data_positions = weights.meta.get("config", {}).get("data_positions")
     if not data_positions:
-        parser.error(f"argument draft: {path} was trained on the small standard-library data; train-draft "
-                     "calibrated it on that data's held-out part when it wrote it")
+        parser.error(f"argument draft: {path} was trained on the small standard-library data, whose held-out part "
+                     "train-draft reads when it writes a draft; calibrate a draft trained with --data-positions")
     from specref.apps.train_draft import scale_data
     try:
         held = scale_data(cache_root(args.cache_dir), 1, nd.feature_layers(weights.meta))["held"]

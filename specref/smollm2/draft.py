@@ -14,8 +14,9 @@ target's head restricted to the N tokens kept (the most frequent in the training
 
 beta (the file's meta "logit_scale", 1 where absent) an inverse temperature chosen after training on
 held-out code (`specref.apps.draft_calibrate`): the draft is trained at beta = 1 and comes out flatter
-than the target, so a beta above 1 raises alpha.  p = 0 outside the kept tokens is exact under modified rejection sampling: those tokens are never
-proposed, and the target's mass on them comes back through the residual.  Drafting K tokens
+than the target, so a beta above 1 raises alpha.  p = 0 outside the kept tokens is exact under
+modified rejection sampling: those tokens are never proposed, and the target's mass on them comes
+back through the residual.  Drafting K tokens
 ahead, the first step uses the target's true state (the target has processed every token but the
 newest), later steps the draft's own prediction s~ in place of s.
 
@@ -27,9 +28,9 @@ Parameters (float32, names are the file's keys):
 
 A draft trained with --features (EAGLE-3's inputs, Li et al. 2025) reads more than s_{i-1}: h is
 [s_{i-1}, the target's residual after each listed block at the last position the target has scored],
-so A and W1 have (2 + f) d rows for f layers (meta["config"]["features"]).  Training reads them from
-the data (`specref.apps.draft_features`); `NeuralDraft` from the target's cache, which it asks to keep
-them (`KVCache.keep_features`).
+so A and W1 have (2 + f) d rows for f layers (meta["config"]["features"]; the shipped draft reads
+blocks 2, 15 and 27).  Training reads them from the data (`specref.apps.draft_features`); `NeuralDraft`
+from the target's cache, which it asks to keep them (`KVCache.keep_features`).
 
 Training (`specref.apps.train_draft`) minimises, through the restricted head, the forward KL to the
 target's distribution plus the total variation 1 - alpha (what speculative sampling rewards: alpha =
@@ -57,8 +58,8 @@ MAX_AHEAD = 16  # the draft chains its own predictions at most this far past the
 FORMAT = "specref-neural-draft"
 VERSION = 1
 
-# The draft that ships with the repository: `python -m specref train-draft --install` wrote it and
-# `python -m specref.apps.draft_calibrate shipped` chose its beta; its SHA-256 is checked on load.
+# The draft that ships with the repository: the train-draft command its meta records trained it and
+# `python -m specref.apps.draft_calibrate` chose its beta; its SHA-256 is checked on load.
 SHIPPED_PATH = pathlib.Path(__file__).resolve().parent / "draft.npz"
 SHIPPED_SHA256 = "0b98aec84cb6b94c22949773d2bd88dd7ab219cc3c8213fbe029755e7509376e"
 
