@@ -29,7 +29,7 @@ import pathlib
 import numpy as np
 
 from specref.apps.draft_data import WARP
-from specref.apps.draft_eval import with_features
+from specref.apps.draft_eval import _warp_rows, mlp_chain, starts
 from specref.smollm2 import draft as nd
 
 GRID = tuple(round(0.8 + 0.1 * j, 1) for j in range(13))  # beta in 0.8, 0.9, ..., 2.0
@@ -44,33 +44,25 @@ def held_rows(params: dict, held: dict, E: np.ndarray, head: np.ndarray, kept: n
     drawn with SEED), the draft's logits at beta 1 drafting k steps from the target's state s_{p-k} over the true
     tokens, and the target's warped distribution at p, both on the kept tokens."""
     top = max(aheads)
-    s = held["seq"]
-    ok = np.ones(len(s) - top, bool)
-    for j in range(1, top + 1):
-        ok &= s[j:len(s) - top + j] == s[:len(s) - top]
-    p = np.flatnonzero(ok) + top                                   # p - top .. p in one sequence
-    p = p[held["kind"][p] == 1]
+    p = starts(held, top) + top                                    # p - top .. p in one sequence, p sampled
     if not len(p):
         raise ValueError(f"the held-out data has no sampled token with {top} positions of its sequence before it")
     if len(p) > max_positions:
         p = np.sort(np.random.default_rng(SEED).choice(p, max_positions, replace=False))
-    HN = np.ascontiguousarray(head[:, kept])
+    from specref.apps.train_draft import target_probs
+    HN, chain = np.ascontiguousarray(head[:, kept]), mlp_chain(params, E)
     z = {}
     for k in aheads:
-        i = p - k
-        state = held["h"][i].astype(np.float32)
-        for j in range(1, k + 1):
-            state = nd.net_forward(params, with_features(held, i, state), E[held["tok"][i + j]])[0]
+        *_, state = chain(held, p - k, k)                          # the k-th prediction from s_{p-k}
         z[k] = state @ HN
-    q = np.concatenate([WARP(np.exp(held["h"][p[a:a + 256]].astype(np.float32) @ head
-                                    - held["lse"][p[a:a + 256]][:, None]).astype(np.float64))[:, kept]
+    q = np.concatenate([WARP(target_probs(held, p[a:a + 256], head).astype(np.float64))[:, kept]
                         for a in range(0, len(p), 256)])
     return z, q
 
 
 def alpha_at(z: np.ndarray, q: np.ndarray, beta: float) -> float:  # [m, N], [m, N] -> mean alpha
     """Mean sum_x min(warp(softmax(beta z)), q) over the rows (q already warped)."""
-    return float(np.minimum(WARP(nd.softmax((beta * z).astype(np.float64))), q).sum(1).mean())
+    return float(np.minimum(_warp_rows(beta * z), q).sum(1).mean())
 
 
 def choose(z: dict, q: np.ndarray, grid=GRID) -> tuple[float, list[float]]:
@@ -112,11 +104,11 @@ def main(argv=None) -> int:
         parser.error(f"argument draft: {path} was trained on the small standard-library data, whose held-out part "
                      "train-draft reads when it writes a draft; calibrate a draft trained with --data-positions")
     from specref.apps.train_draft import scale_data
+    root = cache_root(args.cache_dir)
     try:
-        held = scale_data(cache_root(args.cache_dir), 1, nd.feature_layers(weights.meta))["held"]
+        held = scale_data(root, 1, nd.feature_layers(weights.meta))["held"]
     except (ValueError, FileNotFoundError) as e:
         parser.error(f"no held-out code for the calibration ({e}); build the data with `python -m specref draft-data`")
-    root = cache_root(args.cache_dir)
     model = load_smollm2(args.cache_dir, progress=lambda *a: None)
     calibrated = calibrate(weights, held, model.weights.head_matrix())
     before = weights.meta.get("humaneval_alpha")

@@ -282,6 +282,10 @@ class NeuralDraft:
         self.computed = 0                     # network steps run so far (tests count them)
         self.folds = 0                        # feature rows folded into the biases so far (tests count them)
         self._fold_feat, self._fold_P = None, None
+        if self.layers:                       # the rows of A and W1 that multiply [s, e], and those for the features
+            d = target.config.d_model
+            self._se = {k: np.ascontiguousarray(np.concatenate([self.P[k][:d], self.P[k][-d:]])) for k in ("A", "W1")}
+            self._F = {k: np.ascontiguousarray(self.P[k][d:-d]) for k in ("A", "W1")}
 
     def states(self, tokens, k: int) -> np.ndarray:  # [n], int -> float32 [k, d]
         """The draft's predicted states s~ of the last k positions (k < n: position 0 has none)."""
@@ -311,11 +315,8 @@ class NeuralDraft:
         the biases: u W = s W_s + F W_F + e W_e, so b + F A_F and b1 + F W1_F, with A and W1 cut to the rows of s
         and e.  Drafting k rows ahead then multiplies F by A_F and W1_F once, not k times."""
         if self._fold_feat is None or not np.array_equal(F, self._fold_feat):
-            d, P = self.target.config.d_model, self.P
-            cut = lambda M: np.ascontiguousarray(np.concatenate([M[:d], M[-d:]]))  # noqa: E731
-            if self._fold_P is None:
-                self._fold_P = {"A": cut(P["A"]), "W1": cut(P["W1"]), "W2": P["W2"]}
-            self._fold_P = dict(self._fold_P, b=P["b"] + F @ P["A"][d:-d], b1=P["b1"] + F @ P["W1"][d:-d])
+            self._fold_P = dict(self._se, W2=self.P["W2"], b=self.P["b"] + F @ self._F["A"],
+                                b1=self.P["b1"] + F @ self._F["W1"])
             self._fold_feat = np.array(F, np.float32)
             self.folds += 1
         return self._fold_P
